@@ -1,0 +1,98 @@
+"""The data algorithms see, and the interface every algorithm component implements.
+
+An algorithm is an advantage estimator over step-level data plus a policy loss, both pure tensor functions. The
+trainer builds one ``StepBatch`` from a rollout (one row per step: S steps, responses right-padded to T tokens),
+asks the algorithm for advantages once, then calls ``policy_loss`` on micro-batches (row subsets of the batch).
+
+Shapes: ``[S]`` per step, ``[S, T]`` per response token. ``action_mask`` is 1.0 on real response tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+import torch
+
+
+@dataclass
+class StepBatch:
+    """Step-level data. Rows are steps; a trajectory is the rows with one ``traj_ids`` value, ordered by
+    ``step_index``; a group (GRPO's prompt group) is the rows with one ``group_ids`` value."""
+
+    traj_ids: torch.Tensor  # [S] long
+    group_ids: torch.Tensor  # [S] long
+    step_index: torch.Tensor  # [S] long, 0-based position in its episode
+    rewards: torch.Tensor  # [S] float, step reward (the final reward is on the episode's last step)
+    dones: torch.Tensor  # [S] bool, the episode ended at this step (terminal: no bootstrap)
+    truncated: torch.Tensor  # [S] bool, the episode was cut at this step (bootstrap from value if any)
+    action_mask: torch.Tensor  # [S, T] float
+    old_logprobs: torch.Tensor  # [S, T] float, log-probs of the sampling (behaviour) policy
+    values: torch.Tensor | None = None  # [S] float, critic value at the step's first action token
+    ref_logprobs: torch.Tensor | None = None  # [S, T] float, reference policy (KL)
+    teacher_logprobs: torch.Tensor | None = None  # [S, T] float, teacher (distillation)
+    anchors: list[str] | None = None  # [S] anchor observation per step (GiGPO)
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_steps(self) -> int:
+        return int(self.traj_ids.shape[0])
+
+    def select(self, index: torch.Tensor) -> "StepBatch":
+        """Rows ``index`` of every per-step/per-token tensor (for micro-batches)."""
+        out = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, torch.Tensor):
+                out[f.name] = v[index]
+            elif f.name == "anchors" and v is not None:
+                out[f.name] = [v[i] for i in index.tolist()]
+            else:
+                out[f.name] = v
+        return replace(self, **out)
+
+
+@dataclass
+class AdvantageOutput:
+    """``advantages`` is per token ``[S, T]`` (zero outside ``action_mask``); ``returns`` per step ``[S]`` (critic
+    targets; equal to the step return for critic-free estimators)."""
+
+    advantages: torch.Tensor
+    returns: torch.Tensor
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class LossOutput:
+    loss: torch.Tensor  # scalar, finite
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+class Algorithm:
+    """Base class of algorithm components (what ``agentr1_algorithms`` factories build).
+
+    Subclasses set ``needs_critic`` / ``needs_groups`` and implement ``compute_advantages`` and ``policy_loss``.
+    ``policy_loss`` receives the current policy's log-probs for the micro-batch rows and, optionally, per-token
+    entropy; ``batch`` is the same micro-batch (``StepBatch.select``) and ``advantages`` its rows.
+    """
+
+    needs_critic: bool = False
+    needs_groups: bool = False
+    needs_reference: bool = False
+    needs_teacher: bool = False
+
+    def compute_advantages(self, batch: StepBatch) -> AdvantageOutput:
+        raise NotImplementedError
+
+    def policy_loss(
+        self,
+        logprobs: torch.Tensor,
+        batch: StepBatch,
+        advantages: torch.Tensor,
+        entropy: torch.Tensor | None = None,
+    ) -> LossOutput:
+        raise NotImplementedError
+
+    def value_loss(self, values: torch.Tensor, batch: StepBatch, returns: torch.Tensor) -> LossOutput:
+        """Critic loss for algorithms with ``needs_critic``; ``values`` is ``[S]`` for the micro-batch rows."""
+        raise NotImplementedError

@@ -1,0 +1,77 @@
+"""The core's built-in components, registered through the public hooks exactly like a third-party plugin.
+
+Every factory is a lazy string: importing this module imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+from agentr1_core.hookspecs import hookimpl
+from agentr1_core.specs import (
+    AgentFlowSpec, AlgorithmSpec, CommandSpec, DatasetSpec, EngineSpec, EnvSpec, RewardSpec, ToolFormatSpec,
+    ToolSpec, TrainerSpec,
+)
+
+
+@hookimpl
+def agentr1_tools():
+    return [ToolSpec("calculator", "agentr1_core.builtin.calculator:CalculatorTool", "Safe arithmetic evaluator")]
+
+
+@hookimpl
+def agentr1_tool_formats():
+    return [ToolFormatSpec("hermes", "agentr1_core.tool_formats:HermesFormat",
+                           "<tool_call>{json}</tool_call> (Qwen/Hermes/SmolLM2 style)")]
+
+
+@hookimpl
+def agentr1_envs():
+    return [EnvSpec("tool_env", "agentr1_core.envs:ToolEnv", "Multi-turn tool calling with any registered tools")]
+
+
+@hookimpl
+def agentr1_agent_flows():
+    return [AgentFlowSpec("agent_env_loop", "agentr1_core.flows:AgentEnvLoop",
+                          "Generic loop over an env's reset()/step()")]
+
+
+@hookimpl
+def agentr1_rewards():
+    return [
+        RewardSpec("answer_match", "agentr1_core.builtin.rewards:AnswerMatch",
+                   "1 if the final answer equals the row's ground truth (numbers compared numerically)"),
+    ]
+
+
+@hookimpl
+def agentr1_algorithms():
+    from agentr1_core.algorithms.registry_entries import ALGORITHMS
+
+    return [AlgorithmSpec(name, factory, description, needs_critic=critic)
+            for name, factory, description, critic in ALGORITHMS]
+
+
+@hookimpl
+def agentr1_rollout_engines():
+    return [EngineSpec("transformers", "agentr1_core.rollout.transformers_engine:TransformersEngine",
+                       "In-process Hugging Face transformers engine with continuous batching")]
+
+
+@hookimpl
+def agentr1_trainers():
+    return [TrainerSpec("local", "agentr1_core.trainers.local:LocalTrainer",
+                        "One process, CPU or one GPU")]
+
+
+@hookimpl
+def agentr1_datasets():
+    return [
+        DatasetSpec("jsonl", "agentr1_core.builtin.datasets:load_jsonl", "Rows from a JSONL file"),
+        DatasetSpec("arithmetic", "agentr1_core.builtin.datasets:arithmetic_rows",
+                    "Generated arithmetic word problems for the calculator task"),
+    ]
+
+
+@hookimpl
+def agentr1_cli_commands():
+    return [CommandSpec("new-plugin", "agentr1_core.scaffold:register", "Write a new plugin package",
+                        help="write a complete third-party plugin package")]

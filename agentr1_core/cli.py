@@ -1,0 +1,136 @@
+"""The ``agentr1-core`` command line: run | config show | plugins, plus subcommands that plugins add.
+
+User mistakes (unknown plugin name, bad config key or type, missing file) print one line to stderr and exit with code
+2, without a traceback. ``plugins`` imports no heavy library.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Sequence
+
+from agentr1_core import __version__
+from agentr1_core.plugins import PluginError, get_registry
+
+EXIT_USAGE = 2
+
+
+def _split_config_args(items: Sequence[str]) -> tuple[str | None, list[str]]:
+    """``[CONFIG] [key=value ...]``: the first item without ``=`` is the config."""
+    config, overrides = None, []
+    for item in items:
+        if "=" not in item and config is None and not overrides:
+            config = item
+        else:
+            overrides.append(item)
+    return config, overrides
+
+
+def _load(args: argparse.Namespace):
+    from agentr1_core.config import load_config
+
+    config, overrides = _split_config_args(args.items)
+    return load_config(config, overrides)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from agentr1_core.runner import run
+
+    cfg = _load(args)
+    if args.resume:
+        cfg.trainer.resume = "auto"
+    run(cfg)
+    return 0
+
+
+def cmd_config_show(args: argparse.Namespace) -> int:
+    from omegaconf import OmegaConf
+
+    print(OmegaConf.to_yaml(_load(args)), end="")
+    return 0
+
+
+def _plugins_table(rows: list[dict[str, Any]], verbose: bool) -> str:
+    lines = [f"{'plugin':<20} {'distribution':<26} {'version':<9} {'status':<8} components"]
+    for r in rows:
+        comps = "; ".join(f"{k}: {', '.join(v)}" for k, v in r["components"].items()) or "-"
+        lines.append(f"{r['plugin']:<20} {r['distribution']:<26} {r['version']:<9} {r['status']:<8} {comps}")
+        if r["status"] == "error":
+            err = r["error"].rstrip().splitlines()
+            lines.extend("    " + ln for ln in (err if verbose else err[-1:]))
+    return "\n".join(lines)
+
+
+def cmd_plugins(args: argparse.Namespace) -> int:
+    rows = get_registry().table()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        print(_plugins_table(rows, args.verbose))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agentr1-core", description="Train multi-turn tool-using LLM agents with RL.")
+    parser.add_argument("--version", action="version", version=f"agentr1-core {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    run_p = sub.add_parser("run", help="train: [CONFIG] [key=value ...] (no CONFIG: the embedded default)")
+    run_p.add_argument("items", nargs="*", metavar="CONFIG_OR_OVERRIDE")
+    run_p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in run_dir")
+    run_p.set_defaults(func=cmd_run)
+
+    cfg_p = sub.add_parser("config", help="inspect configs")
+    cfg_sub = cfg_p.add_subparsers(dest="config_command", metavar="ACTION", required=True)
+    show_p = cfg_sub.add_parser("show", help="print the resolved config: [CONFIG] [key=value ...]")
+    show_p.add_argument("items", nargs="*", metavar="CONFIG_OR_OVERRIDE")
+    show_p.set_defaults(func=cmd_config_show)
+
+    plug_p = sub.add_parser("plugins", help="list installed plugins and their components")
+    plug_p.add_argument("--json", action="store_true", help="machine-readable output")
+    plug_p.add_argument("--verbose", "-v", action="store_true", help="full tracebacks of broken plugins")
+    plug_p.set_defaults(func=cmd_plugins)
+
+    registry = get_registry()
+    for name in registry.names("command"):
+        spec = registry.get("command", name)
+        cmd_p = sub.add_parser(name, help=getattr(spec, "help", "") or spec.description,
+                               description=spec.description)
+        try:
+            registry.load("command", name)(cmd_p)
+        except PluginError as exc:
+            cmd_p.set_defaults(func=lambda _a, _e=exc: _fail(str(_e)))
+    return parser
+
+
+def _fail(message: str) -> int:
+    print(f"agentr1-core: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return EXIT_USAGE
+        return int(args.func(args) or 0)
+    except PluginError as exc:  # ConfigError included
+        return _fail(str(exc))
+    except FileNotFoundError as exc:
+        return _fail(f"{exc.strerror}: {exc.filename}" if exc.filename else str(exc))
+    except KeyboardInterrupt:
+        print("agentr1-core: interrupted", file=sys.stderr)
+        return 130
+
+
+def entry() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry()

@@ -1,0 +1,229 @@
+"""Run configuration: structured dataclasses merged with YAML files and dotlist overrides through OmegaConf.
+
+Components are chosen by name, ``{name: ..., **params}``; their params are checked against the factory's keyword
+arguments (``validate_params``). A YAML file may start from another with ``base: NAME_OR_PATH`` (a packaged config
+such as ``default`` or ``tiny``, or a path relative to the file). Every mistake becomes a ``ConfigError`` whose
+message is one line with the full key path; the CLI prints it and exits with code 2.
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from agentr1_core.plugins import PluginError, suggest
+
+PACKAGED_CONFIGS = Path(__file__).parent / "configs"
+
+
+class ConfigError(PluginError):
+    """A one-line configuration problem (exit code 2)."""
+
+
+@dataclass
+class LoraConfig:
+    enabled: bool = False
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.0
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+
+
+@dataclass
+class ModelConfig:
+    path: str = "smollm2-135m-instruct"  # a Hugging Face id, a local folder, or the offline alias
+    dtype: str = "float32"
+    device: str = "auto"  # auto | cpu | cuda
+    lora: LoraConfig = field(default_factory=LoraConfig)
+
+
+@dataclass
+class RolloutConfig:
+    batch_size: int = 8  # dataset rows per iteration
+    n: int = 4  # samples per row (the GRPO group)
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int = 128
+    max_turns: int = 4
+    max_prompt_tokens: int = 2048
+    stop: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ValidationConfig:
+    every: int = 5  # iterations between validations (0: only before and after training)
+    max_rows: int = 64
+    n: int = 1
+    temperature: float = 0.0  # 0 = greedy
+
+
+@dataclass
+class SFTConfig:
+    """Warm start on scripted-expert trajectories (``stages: [sft, rl]``)."""
+
+    rows: int = 64
+    epochs: int = 1
+    lr: float = 1e-4
+    batch_size: int = 8
+
+
+@dataclass
+class TrainerConfig:
+    name: str = "local"
+    total_steps: int = 10  # RL iterations (rollout + update)
+    lr: float = 1e-6
+    weight_decay: float = 0.0
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    max_grad_norm: float = 1.0
+    micro_batch_size: int = 8  # steps per forward/backward
+    mini_batches: int = 1  # optimizer steps per update pass
+    update_epochs: int = 1  # passes over one rollout batch (>1 recomputes old log-probs)
+    warmup_steps: int = 0
+    ref_model: bool = False  # keep a frozen reference for the KL term
+    critic_lr: float = 1e-5
+    threads: int = 0  # torch threads (0: leave the default)
+    checkpoint_every: int = 0
+    keep_checkpoints: int = 2
+    resume: str = "never"  # never | auto
+    params: dict[str, Any] = field(default_factory=dict)  # backend-specific extras
+
+
+@dataclass
+class PluginsConfig:
+    allow: list[str] = field(default_factory=list)
+    block: list[str] = field(default_factory=list)
+
+
+@dataclass
+class DataConfig:
+    train: dict[str, Any] = field(default_factory=lambda: {"name": "jsonl"})
+    val: dict[str, Any] | None = None
+
+
+@dataclass
+class RunConfig:
+    seed: int = 0
+    run_dir: str = "runs/default"
+    stages: list[str] = field(default_factory=lambda: ["rl"])  # any of: sft, rl
+    model: ModelConfig = field(default_factory=ModelConfig)
+    engine: dict[str, Any] = field(default_factory=lambda: {"name": "transformers"})
+    env: dict[str, Any] = field(default_factory=lambda: {"name": "tool_env"})
+    agent_flow: dict[str, Any] = field(default_factory=lambda: {"name": "agent_env_loop"})
+    reward: dict[str, Any] | None = None
+    algorithm: dict[str, Any] = field(default_factory=lambda: {"name": "grpo"})
+    data: DataConfig = field(default_factory=DataConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    validation: ValidationConfig = field(default_factory=ValidationConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    plugins: PluginsConfig = field(default_factory=PluginsConfig)
+
+
+COMPONENT_KEYS = {"engine": "engine", "env": "env", "agent_flow": "agent_flow", "reward": "reward",
+                  "algorithm": "algorithm", "trainer": "trainer", "data.train": "dataset", "data.val": "dataset"}
+
+
+def _one_line(exc: OmegaConfBaseException) -> str:
+    msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    key = getattr(exc, "full_key", None)
+    return f"config error at {key}: {msg}" if key else f"config error: {msg}"
+
+
+def resolve_config_path(name: str, relative_to: Path | None = None) -> Path:
+    """A YAML path, or the name of a packaged config (``default``, ``tiny``)."""
+    candidates = [Path(name)]
+    if relative_to is not None:
+        candidates.insert(0, relative_to / name)
+    candidates.append(PACKAGED_CONFIGS / f"{name}.yaml")
+    for c in candidates:
+        if c.is_file():
+            return c
+    packaged = sorted(p.stem for p in PACKAGED_CONFIGS.glob("*.yaml"))
+    raise ConfigError(f"config file {name!r} not found (packaged configs: {', '.join(packaged)})")
+
+
+def _read_yaml(path: Path, depth: int = 0) -> list[DictConfig]:
+    if depth > 8:
+        raise ConfigError(f"config {path}: 'base' chain is too deep (a cycle?)")
+    try:
+        cfg = OmegaConf.load(path)
+    except Exception as exc:  # yaml syntax errors
+        raise ConfigError(f"config {path}: cannot parse YAML: {str(exc).splitlines()[0]}") from exc
+    if not isinstance(cfg, DictConfig):
+        raise ConfigError(f"config {path}: top level must be a mapping")
+    base = cfg.pop("base", None)
+    chain = _read_yaml(resolve_config_path(str(base), path.parent), depth + 1) if base else []
+    return chain + [cfg]
+
+
+def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
+    """Merge defaults, the YAML chain of ``path`` (packaged ``default`` when None) and dotlist ``overrides``."""
+    layers = _read_yaml(resolve_config_path(path or "default"))
+    bad = [o for o in overrides if "=" not in o]
+    if bad:
+        raise ConfigError(f"override {bad[0]!r} must look like key.path=value")
+    try:
+        cfg = OmegaConf.merge(OmegaConf.structured(RunConfig), *layers, OmegaConf.from_dotlist(list(overrides)))
+        OmegaConf.resolve(cfg)
+    except OmegaConfBaseException as exc:
+        raise ConfigError(_one_line(exc)) from exc
+    for key in COMPONENT_KEYS:
+        node = OmegaConf.select(cfg, key)
+        if node is not None and key != "trainer" and not OmegaConf.select(cfg, f"{key}.name"):
+            raise ConfigError(f"config error at {key}: a component needs a 'name'")
+    return cfg
+
+
+def component(cfg: DictConfig, key: str) -> tuple[str, dict[str, Any]]:
+    """``(name, params)`` of a ``{name: ..., **params}`` node."""
+    node = OmegaConf.to_container(OmegaConf.select(cfg, key), resolve=True)
+    assert isinstance(node, dict)
+    node = dict(node)
+    return str(node.pop("name")), node
+
+
+def _type_ok(value: Any, hint: Any) -> bool:
+    origin = typing.get_origin(hint) or hint
+    if hint is Any or origin is typing.Union or str(origin) == "types.UnionType":
+        args = typing.get_args(hint)
+        return not args or any(_type_ok(value, a) for a in args)
+    if hint is type(None):
+        return value is None
+    if origin is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if origin is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if origin in (str, bool, list, dict, tuple):
+        return isinstance(value, (list, tuple) if origin in (list, tuple) else origin)
+    return True
+
+
+def validate_params(spec: Any, params: dict[str, Any], where: str, reserved: set[str] = frozenset()) -> None:
+    """Check ``params`` against the factory's keyword arguments: unknown names, missing required ones, basic types."""
+    accepted = {n: p for n, p in spec.parameters().items() if n not in reserved}
+    if not spec.accepts_any_keyword():
+        for key in params:
+            if key not in accepted:
+                valid = ", ".join(sorted(accepted)) or "none"
+                raise ConfigError(f"config error at {where}.{key}: unknown parameter for {spec.kind} "
+                                  f"{spec.name!r}{suggest(key, accepted)}; valid: {valid}")
+    missing = [n for n, p in accepted.items() if p.default is inspect.Parameter.empty and n not in params]
+    if missing:
+        raise ConfigError(f"config error at {where}: {spec.kind} {spec.name!r} needs {', '.join(missing)}")
+    target = spec.load()
+    try:
+        hints = typing.get_type_hints(target.__init__ if inspect.isclass(target) else target)
+    except Exception:
+        hints = {}
+    for key, value in params.items():
+        hint = hints.get(key)
+        if hint is not None and not _type_ok(value, hint):
+            raise ConfigError(f"config error at {where}.{key}: expected {getattr(hint, '__name__', hint)}, "
+                              f"got {type(value).__name__} {value!r}")

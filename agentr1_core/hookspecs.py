@@ -1,0 +1,155 @@
+"""Hook specifications: how plugins add components to agentr1.
+
+A plugin is a module with functions marked ``@agentr1_core.hookimpl``, announced in its distribution's
+``pyproject.toml``::
+
+    [project.entry-points.agentr1]
+    my_plugin = "my_package.plugin"
+
+Every hook returns a list of specs (see ``agentr1_core.specs``). A spec's ``factory`` is a lazy
+``"module:attr"`` string: the target is imported only when a run selects it. Each hook's docstring below is the
+reference that ``docs/hooks.md`` reproduces (a test keeps them in sync).
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+PROJECT = "agentr1"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@hookspec
+def agentr1_tools():
+    """Executable tools (``BaseTool`` subclasses), selected as ``env.tools: [{name: ...}]``.
+
+    Example::
+
+        @hookimpl
+        def agentr1_tools():
+            return [ToolSpec("weather", "my_pkg.tools:WeatherTool", "Current weather for a city")]
+    """
+
+
+@hookspec
+def agentr1_tool_formats():
+    """Tool-call formats: how a model writes calls and how results are shown back, ``env.tool_format: hermes``.
+
+    Example::
+
+        @hookimpl
+        def agentr1_tool_formats():
+            return [ToolFormatSpec("my_xml", "my_pkg.formats:MyXmlFormat", "<call name=...>")]
+    """
+
+
+@hookspec
+def agentr1_envs():
+    """Environments (``AgentEnv`` subclasses), selected as ``env: {name: ..., **params}``.
+
+    Example::
+
+        @hookimpl
+        def agentr1_envs():
+            return [EnvSpec("maze", "my_pkg.env:MazeEnv", "Grid maze, text observations")]
+    """
+
+
+@hookspec
+def agentr1_agent_flows():
+    """Agent flows (``AgentFlowBase`` subclasses) that run one episode, ``agent_flow: {name: ...}``.
+
+    Example::
+
+        @hookimpl
+        def agentr1_agent_flows():
+            return [AgentFlowSpec("plan_act", "my_pkg.flow:PlanActFlow", "Plans, then acts")]
+    """
+
+
+@hookspec
+def agentr1_rewards():
+    """Reward functions ``fn(trajectory, row, **params) -> float``, ``reward: {name: ...}``.
+
+    Example::
+
+        @hookimpl
+        def agentr1_rewards():
+            return [RewardSpec("my_em", "my_pkg.rewards:exact_match", "Exact match on <answer>")]
+    """
+
+
+@hookspec
+def agentr1_algorithms():
+    """RL algorithms (``Algorithm`` subclasses: advantages + policy loss), ``algorithm: {name: ...}``.
+
+    Example::
+
+        @hookimpl
+        def agentr1_algorithms():
+            return [AlgorithmSpec("my_pg", "my_pkg.algo:MyPG", "Vanilla policy gradient", needs_critic=False)]
+    """
+
+
+@hookspec
+def agentr1_rollout_engines():
+    """Rollout engines ``factory(model, **params) -> RolloutEngine``, ``engine: {name: ...}``.
+
+    Example::
+
+        @hookimpl
+        def agentr1_rollout_engines():
+            return [EngineSpec("my_server", "my_pkg.engine:build", "OpenAI-compatible server")]
+    """
+
+
+@hookspec
+def agentr1_trainers():
+    """Trainer backends ``factory(config, registry) -> trainer`` with ``.fit()``, ``trainer: {name: ...}``.
+
+    Example::
+
+        @hookimpl
+        def agentr1_trainers():
+            return [TrainerSpec("my_cluster", "my_pkg.trainer:build", "Trains on my cluster")]
+    """
+
+
+@hookspec
+def agentr1_datasets():
+    """Dataset loaders ``factory(**params) -> list[dict]`` of rows, ``data: {train: {name: ...}}``.
+
+    Example::
+
+        @hookimpl
+        def agentr1_datasets():
+            return [DatasetSpec("my_qa", "my_pkg.data:load_rows", "My QA pairs from a JSONL file")]
+    """
+
+
+@hookspec
+def agentr1_cli_commands():
+    """Extra ``agentr1-core`` subcommands; ``factory`` is ``register(parser)`` (argparse), which adds arguments
+    and calls ``parser.set_defaults(func=...)``; ``func(args)`` returns the exit code.
+
+    Example::
+
+        @hookimpl
+        def agentr1_cli_commands():
+            return [CommandSpec("hello", "my_pkg.cli:register", "Say hello", help="say hello")]
+    """
+
+
+HOOK_KINDS: dict[str, str] = {
+    "agentr1_tools": "tool",
+    "agentr1_tool_formats": "tool_format",
+    "agentr1_envs": "env",
+    "agentr1_agent_flows": "agent_flow",
+    "agentr1_rewards": "reward",
+    "agentr1_algorithms": "algorithm",
+    "agentr1_rollout_engines": "engine",
+    "agentr1_trainers": "trainer",
+    "agentr1_datasets": "dataset",
+    "agentr1_cli_commands": "command",
+}

@@ -1,0 +1,233 @@
+"""Plugin discovery and the component registry.
+
+Plugins are modules announced in the ``agentr1`` entry-point group (the core's own built-ins included). Each is
+imported in a guard: a plugin that fails to import is recorded with its traceback (status ``error``) and only a run
+that selects one of its components fails. Hook results are collected into one registry per component kind, keyed by
+name. Two distributions claiming one name is an error that names both.
+
+Which plugins load can be narrowed with an allow list and a block list (entry-point names or distribution names), from
+the config (``plugins: {allow: [...], block: [...]}``) or the environment (``AGENTR1_PLUGINS_ALLOW``,
+``AGENTR1_PLUGINS_BLOCK``, comma-separated). The core's built-ins cannot be blocked.
+
+Nothing here imports torch, ray or vllm.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import traceback
+from dataclasses import dataclass, field
+from importlib import metadata
+from types import ModuleType
+from typing import Any, Iterable
+
+import pluggy
+
+from agentr1_core import hookspecs
+from agentr1_core.specs import SPEC_TYPES, ComponentSpec, Registered
+
+ENTRY_POINT_GROUP = "agentr1"
+BUILTIN_PLUGIN = "agentr1_core.builtin.plugin"
+CORE_DISTRIBUTION = "agentr1-core"
+
+
+class PluginError(Exception):
+    """A user-facing error about plugins or component names (printed as one line by the CLI, exit code 2)."""
+
+
+class UnknownComponentError(PluginError):
+    pass
+
+
+class DuplicateComponentError(PluginError):
+    pass
+
+
+@dataclass
+class PluginInfo:
+    """One loaded (or failed) plugin module."""
+
+    name: str
+    distribution: str
+    version: str
+    module: str
+    status: str = "ok"  # ok | error | blocked
+    error: str = ""
+    hooks: list[str] = field(default_factory=list)
+    components: dict[str, list[str]] = field(default_factory=dict)
+
+
+def _split_env(var: str) -> set[str]:
+    return {x.strip() for x in os.environ.get(var, "").split(",") if x.strip()}
+
+
+def suggest(name: str, choices: Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+class Registry:
+    """All components of all loaded plugins, by kind and name."""
+
+    def __init__(self, allow: Iterable[str] = (), block: Iterable[str] = ()) -> None:
+        self.allow = set(allow) | _split_env("AGENTR1_PLUGINS_ALLOW")
+        self.block = set(block) | _split_env("AGENTR1_PLUGINS_BLOCK")
+        self.pm = pluggy.PluginManager(hookspecs.PROJECT)
+        self.pm.add_hookspecs(hookspecs)
+        self.plugins: dict[str, PluginInfo] = {}
+        self.components: dict[str, dict[str, Registered]] = {kind: {} for kind in SPEC_TYPES}
+        self._duplicates: list[str] = []
+
+    # -- loading ------------------------------------------------------------------------------------------------
+    def load_entry_points(self) -> "Registry":
+        seen_builtin = False
+        for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+            dist = ep.dist.name if ep.dist is not None else "unknown"
+            version = ep.dist.version if ep.dist is not None else ""
+            if ep.value == BUILTIN_PLUGIN:
+                if seen_builtin:
+                    continue
+                seen_builtin = True
+            elif self._is_blocked(ep.name, dist):
+                self.plugins[ep.name] = PluginInfo(ep.name, dist, version, ep.value, status="blocked")
+                continue
+            try:
+                module = ep.load()
+            except Exception:  # a broken plugin must not break the others
+                self.plugins[ep.name] = PluginInfo(
+                    ep.name, dist, version, ep.value, status="error", error=traceback.format_exc())
+                continue
+            self.register_module(module, name=ep.name, distribution=dist, version=version)
+        if not seen_builtin:  # running from a source tree without the package installed
+            from agentr1_core.builtin import plugin as builtin
+
+            self.register_module(builtin, name="builtin", distribution=CORE_DISTRIBUTION, version="")
+        return self
+
+    def _is_blocked(self, ep_name: str, dist: str) -> bool:
+        names = {ep_name, dist}
+        if self.block & names:
+            return True
+        return bool(self.allow) and not (self.allow & names)
+
+    def register_module(self, module: ModuleType | Any, name: str, distribution: str = "local",
+                        version: str = "") -> PluginInfo:
+        """Register a plugin object (module or instance with hookimpls) and collect its components."""
+        info = PluginInfo(name, distribution, version, getattr(module, "__name__", repr(module)))
+        try:
+            self.pm.register(module, name=name)
+            self.pm.check_pending()
+        except pluggy.PluginValidationError as exc:
+            if self.pm.is_registered(module):
+                self.pm.unregister(module)
+            info.status, info.error = "error", f"{exc}"
+            self.plugins[name] = info
+            return info
+        for impl_hook in self.pm.get_hookcallers(module) or []:
+            hook_name = impl_hook.name
+            info.hooks.append(hook_name)
+            kind = hookspecs.HOOK_KINDS[hook_name]
+            impl = next(i for i in impl_hook.get_hookimpls() if i.plugin is module)
+            try:
+                specs = impl.function() or []
+                self._add_specs(kind, specs, info)
+            except PluginError:
+                raise
+            except Exception:
+                info.status, info.error = "error", traceback.format_exc()
+        self.plugins[name] = info
+        if self._duplicates:
+            msg = "; ".join(self._duplicates)
+            self._duplicates = []
+            raise DuplicateComponentError(msg)
+        return info
+
+    def _add_specs(self, kind: str, specs: Iterable[ComponentSpec], info: PluginInfo) -> None:
+        expected = SPEC_TYPES[kind]
+        for spec in specs:
+            if not isinstance(spec, expected):
+                raise PluginError(
+                    f"plugin {info.name!r} ({info.distribution}) returned {type(spec).__name__} from "
+                    f"the {kind} hook; expected {expected.__name__}")
+            existing = self.components[kind].get(spec.name)
+            if existing is not None:
+                self._duplicates.append(
+                    f"{kind} {spec.name!r} is registered twice: by {existing.distribution} "
+                    f"(plugin {existing.plugin}) and by {info.distribution} (plugin {info.name})")
+                continue
+            self.components[kind][spec.name] = Registered(spec, info.name, info.distribution)
+            info.components.setdefault(kind, []).append(spec.name)
+
+    # -- lookup -------------------------------------------------------------------------------------------------
+    def names(self, kind: str) -> list[str]:
+        return sorted(self.components[kind])
+
+    def get(self, kind: str, name: str) -> ComponentSpec:
+        """The spec for ``name``; an unknown name raises with the valid names and a close match."""
+        found = self.components[kind].get(name)
+        if found is not None:
+            return found.spec
+        broken = [p for p in self.plugins.values() if p.status == "error"]
+        hint = ""
+        if broken:
+            hint = "; plugins that failed to load: " + ", ".join(f"{p.name} ({p.distribution})" for p in broken)
+        raise UnknownComponentError(
+            f"unknown {kind} {name!r}{suggest(name, self.components[kind])}; valid: "
+            f"{', '.join(self.names(kind)) or '(none installed)'}{hint}")
+
+    def load(self, kind: str, name: str) -> Any:
+        """Import and return the factory of ``name``; an import failure is a PluginError naming the plugin."""
+        spec = self.get(kind, name)
+        try:
+            return spec.load()
+        except Exception as exc:
+            owner = self.components[kind][name]
+            raise PluginError(
+                f"{kind} {name!r} from {owner.distribution} failed to import ({spec.factory}): "
+                f"{type(exc).__name__}: {exc}") from exc
+
+    def build(self, kind: str, name: str, params: dict[str, Any] | None = None, where: str = "",
+              **context: Any) -> Any:
+        """Validate ``params`` against the factory signature, then call it with ``context`` + ``params``."""
+        from agentr1_core.config import validate_params
+
+        factory = self.load(kind, name)
+        spec = self.get(kind, name)
+        params = dict(params or {})
+        validate_params(spec, params, where or kind, reserved=set(context))
+        return factory(**context, **params)
+
+    def table(self) -> list[dict[str, Any]]:
+        rows = []
+        for info in sorted(self.plugins.values(), key=lambda p: (p.distribution != CORE_DISTRIBUTION, p.name)):
+            rows.append({
+                "plugin": info.name, "distribution": info.distribution, "version": info.version,
+                "module": info.module, "status": info.status, "hooks": sorted(info.hooks),
+                "components": {k: sorted(v) for k, v in sorted(info.components.items())},
+                "error": info.error,
+            })
+        return rows
+
+
+_default: Registry | None = None
+
+
+def get_registry() -> Registry:
+    """The process-wide registry (entry points loaded once, on first use)."""
+    global _default
+    if _default is None:
+        _default = Registry().load_entry_points()
+    return _default
+
+
+def configure_registry(allow: Iterable[str] = (), block: Iterable[str] = ()) -> Registry:
+    """Rebuild the process-wide registry with an allow/block list (what a run's ``plugins:`` config does)."""
+    global _default
+    _default = Registry(allow, block).load_entry_points()
+    return _default
+
+
+def reset_registry() -> None:
+    global _default
+    _default = None

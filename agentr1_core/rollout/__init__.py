@@ -1,0 +1,1 @@
+"""Rollout: engine interface, engines, and the driver that runs episodes concurrently."""

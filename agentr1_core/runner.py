@@ -1,0 +1,45 @@
+"""``run(cfg)``: check every selected component before anything heavy loads, then hand the run to the trainer.
+
+All names are resolved and all component params validated up front, so a typo fails in a second with one line,
+not after the model has loaded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from agentr1_core.config import COMPONENT_KEYS, component, validate_params
+from agentr1_core.plugins import Registry, configure_registry
+
+# Parameters the framework passes itself (not from the config) to each kind of factory.
+RESERVED = {"engine": {"model", "tokenizer"}, "agent_flow": {"ctx"}, "trainer": {"config", "registry"}}
+
+
+def check_components(cfg: DictConfig, registry: Registry) -> None:
+    """Raise a one-line error for an unknown component name or a bad parameter anywhere in ``cfg``."""
+    for key, kind in COMPONENT_KEYS.items():
+        if OmegaConf.select(cfg, key) is None:
+            continue
+        if key == "trainer":
+            registry.get("trainer", cfg.trainer.name)
+            continue
+        name, params = component(cfg, key)
+        spec = registry.get(kind, name)
+        try:
+            validate_params(spec, params, key, reserved=RESERVED.get(kind, set()))
+        except ImportError:
+            registry.load(kind, name)  # re-raised as a PluginError naming the plugin
+    for i, tool in enumerate(OmegaConf.select(cfg, "env.tools") or []):
+        node = OmegaConf.to_container(tool) if not isinstance(tool, str) else {"name": tool}
+        node = dict(node)
+        spec = registry.get("tool", str(node.pop("name", "")))
+        validate_params(spec, node, f"env.tools[{i}]")
+
+
+def run(cfg: DictConfig) -> Any:
+    registry = configure_registry(cfg.plugins.allow, cfg.plugins.block)
+    check_components(cfg, registry)
+    trainer = registry.load("trainer", cfg.trainer.name)(config=cfg, registry=registry)
+    return trainer.fit()

@@ -1,0 +1,145 @@
+"""Typed component specs that plugins yield from their hooks.
+
+A spec names a component and points at the code that builds it with a lazy ``"package.module:attr"`` string, so
+that listing plugins imports nothing heavy (no torch, ray or vllm). ``load()`` imports the target on demand.
+The parameters a component accepts are the keyword arguments of its factory; ``parameters()`` reads them without
+calling it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+KINDS = (
+    "tool", "tool_format", "env", "agent_flow", "reward", "algorithm", "engine", "trainer", "dataset", "command",
+)
+
+
+def import_object(path: str) -> Any:
+    """Import ``"package.module:attr.sub"`` and return the attribute."""
+    module_name, _, attr = path.partition(":")
+    if not module_name or not attr:
+        raise ValueError(f"factory {path!r} must look like 'package.module:attribute'")
+    obj: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+@dataclass(frozen=True)
+class ComponentSpec:
+    """A named component. ``factory`` is imported lazily; ``description`` shows in ``agentr1-core plugins``."""
+
+    name: str
+    factory: str
+    description: str = ""
+    kind: ClassVar[str] = ""
+
+    def load(self) -> Any:
+        return import_object(self.factory)
+
+    def parameters(self) -> dict[str, inspect.Parameter]:
+        """Keyword parameters the factory accepts (its config schema), without ``self`` and ``*args``."""
+        target = self.load()
+        sig = inspect.signature(target.__init__ if inspect.isclass(target) else target)
+        return {
+            n: p for n, p in sig.parameters.items()
+            if n != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        }
+
+    def accepts_any_keyword(self) -> bool:
+        target = self.load()
+        sig = inspect.signature(target.__init__ if inspect.isclass(target) else target)
+        return any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
+
+
+@dataclass(frozen=True)
+class ToolSpec(ComponentSpec):
+    """A ``BaseTool`` subclass; params are its constructor's keyword arguments."""
+
+    kind: ClassVar[str] = "tool"
+
+
+@dataclass(frozen=True)
+class ToolFormatSpec(ComponentSpec):
+    """A tool-call format (how calls are written by the model and results shown back)."""
+
+    kind: ClassVar[str] = "tool_format"
+
+
+@dataclass(frozen=True)
+class EnvSpec(ComponentSpec):
+    """An ``AgentEnv`` subclass."""
+
+    kind: ClassVar[str] = "env"
+
+
+@dataclass(frozen=True)
+class AgentFlowSpec(ComponentSpec):
+    """An ``AgentFlowBase`` subclass."""
+
+    kind: ClassVar[str] = "agent_flow"
+
+
+@dataclass(frozen=True)
+class RewardSpec(ComponentSpec):
+    """A reward function ``fn(trajectory, row, **params) -> float`` (or a class whose instances are such)."""
+
+    kind: ClassVar[str] = "reward"
+
+
+@dataclass(frozen=True)
+class AlgorithmSpec(ComponentSpec):
+    """An ``Algorithm`` subclass (advantage estimator + policy loss)."""
+
+    needs_critic: bool = False
+    kind: ClassVar[str] = "algorithm"
+
+
+@dataclass(frozen=True)
+class EngineSpec(ComponentSpec):
+    """A rollout engine builder ``factory(model_config, **params) -> RolloutEngine``."""
+
+    kind: ClassVar[str] = "engine"
+
+
+@dataclass(frozen=True)
+class TrainerSpec(ComponentSpec):
+    """A trainer builder ``factory(run_config, registry) -> object with .fit()``."""
+
+    kind: ClassVar[str] = "trainer"
+
+
+@dataclass(frozen=True)
+class DatasetSpec(ComponentSpec):
+    """A dataset loader ``factory(**params) -> list[dict]`` of rows (prompt, data_source, reward_model, ...)."""
+
+    kind: ClassVar[str] = "dataset"
+
+
+@dataclass(frozen=True)
+class CommandSpec(ComponentSpec):
+    """An extra CLI subcommand: ``factory`` is ``register(subparser)`` that adds arguments and sets ``func``."""
+
+    help: str = ""
+    kind: ClassVar[str] = "command"
+
+
+SPEC_TYPES: dict[str, type[ComponentSpec]] = {
+    cls.kind: cls
+    for cls in (ToolSpec, ToolFormatSpec, EnvSpec, AgentFlowSpec, RewardSpec, AlgorithmSpec, EngineSpec,
+                TrainerSpec, DatasetSpec, CommandSpec)
+}
+
+
+@dataclass
+class Registered:
+    """A spec plus the distribution that registered it (for error messages and the plugins table)."""
+
+    spec: ComponentSpec
+    plugin: str
+    distribution: str
+    extra: dict[str, Any] = field(default_factory=dict)

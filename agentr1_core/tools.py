@@ -1,0 +1,111 @@
+"""``BaseTool``: an executable tool with a JSON-schema signature, and the safe way to call one.
+
+A tool declares ``name``, ``description`` and ``parameters`` (a JSON schema object) and implements async
+``execute(**arguments)``. ``call_tool`` validates arguments, enforces the timeout, caps and sanitises output and turns
+every failure into a ``ToolResult`` with ``error`` set: a tool never raises into the rollout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+MAX_OUTPUT_CHARS = 4000
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),
+    "array": (list,), "object": (dict,), "null": (type(None),),
+}
+
+
+@dataclass
+class ToolResult:
+    """What a tool call produced: text for the model, an optional reward, and an error kind if it failed."""
+
+    text: str
+    reward: float = 0.0
+    error: str | None = None  # None | bad_arguments | unknown_tool | exception | timeout | parse_error
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class BaseTool:
+    """Subclass and set ``name``, ``description``, ``parameters``; implement ``async execute(**kwargs)``.
+
+    ``execute`` returns a string or a ``ToolResult`` (to give a per-call reward). Raising is fine: the caller turns
+    the exception into an error observation. ``timeout`` (seconds) bounds one call.
+    """
+
+    name: str = ""
+    description: str = ""
+    parameters: dict[str, Any] = {"type": "object", "properties": {}, "required": []}
+    timeout: float = 10.0
+
+    async def execute(self, **arguments: Any) -> str | ToolResult:
+        raise NotImplementedError
+
+    def openai_schema(self) -> dict[str, Any]:
+        """The tool as an OpenAI function schema (what chat templates render into the system prompt)."""
+        return {"type": "function",
+                "function": {"name": self.name, "description": self.description, "parameters": self.parameters}}
+
+    def validate_arguments(self, arguments: Any) -> str | None:
+        """A one-line problem with ``arguments`` or None. Checks object shape, required keys, unknown keys, types."""
+        if not isinstance(arguments, dict):
+            return f"arguments must be a JSON object, got {type(arguments).__name__}"
+        props = self.parameters.get("properties", {})
+        missing = [k for k in self.parameters.get("required", []) if k not in arguments]
+        if missing:
+            return f"missing required argument(s): {', '.join(missing)}"
+        if self.parameters.get("additionalProperties", False) is False:
+            unknown = [k for k in arguments if k not in props]
+            if unknown:
+                return f"unknown argument(s): {', '.join(unknown)}; expected: {', '.join(props) or 'none'}"
+        for key, value in arguments.items():
+            expected = props.get(key, {}).get("type")
+            if expected is None:
+                continue
+            types = expected if isinstance(expected, list) else [expected]
+            ok = any(isinstance(value, _JSON_TYPES.get(t, object)) for t in types)
+            if isinstance(value, bool) and "boolean" not in types:
+                ok = False
+            if not ok:
+                return f"argument {key!r} must be {' or '.join(types)}, got {type(value).__name__}"
+        return None
+
+
+def clean_output(text: Any, limit: int = MAX_OUTPUT_CHARS) -> str:
+    """Tool output as printable text: bytes decoded with replacement, capped at ``limit`` characters."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    elif not isinstance(text, str):
+        try:
+            text = json.dumps(text, ensure_ascii=False, default=str)
+        except (TypeError, ValueError):
+            text = str(text)
+    text = text.encode("utf-8", errors="replace").decode("utf-8")
+    if len(text) > limit:
+        text = text[:limit] + f"... [truncated {len(text) - limit} characters]"
+    return text
+
+
+async def call_tool(tool: BaseTool, arguments: Any, timeout: float | None = None) -> ToolResult:
+    """Run one tool call safely: never raises (except cancellation), always returns a ``ToolResult``."""
+    problem = tool.validate_arguments(arguments)
+    if problem:
+        return ToolResult(f"Error: {tool.name}: {problem}", error="bad_arguments")
+    limit = tool.timeout if timeout is None else timeout
+    try:
+        out = await asyncio.wait_for(tool.execute(**arguments), timeout=limit)
+    except asyncio.TimeoutError:
+        return ToolResult(f"Error: {tool.name} timed out after {limit:g}s", error="timeout")
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        return ToolResult(f"Error: {tool.name} failed: {type(exc).__name__}: {clean_output(str(exc), 300)}",
+                          error="exception")
+    if isinstance(out, ToolResult):
+        out.text = clean_output(out.text)
+        return out
+    return ToolResult(clean_output(out))

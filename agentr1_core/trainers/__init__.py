@@ -1,0 +1,1 @@
+"""Trainer backends (local: one process, CPU or one GPU)."""
