@@ -1,0 +1,195 @@
+"""The registered ``Algorithm`` components: an advantage estimator paired with a policy loss, by name.
+
+Each class's constructor keywords are its user-facing parameters (plain typed keywords with defaults; the config
+system validates user params against these signatures). Loss parameters shared by all components:
+
+* ``loss_type``: ``reinforce`` | ``ppo`` | ``gspo``; ``clip_ratio`` (both sides) or ``clip_ratio_low`` /
+  ``clip_ratio_high`` (override one side); ``clip_ratio_c``: dual-clip constant (ppo loss only; None = off);
+* ``loss_agg``: ``token-mean`` | ``seq-mean-token-sum`` | ``seq-mean-token-mean``;
+* ``kl_coef`` / ``kl_estimator`` (``k1`` | ``k2`` | ``k3``): KL penalty to the reference policy (sets
+  ``needs_reference``); ``entropy_coef``: entropy bonus (the trainer must then pass per-token entropy).
+
+The formulas are in ``advantages.py``, ``gae.py``, ``gigpo.py`` and ``losses.py``; ``docs/algorithms.md`` says when
+to pick which.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from agentr1_core.algorithms import advantages as adv_fns
+from agentr1_core.algorithms.base import AdvantageOutput, Algorithm, LossOutput, StepBatch
+from agentr1_core.algorithms.gae import step_gae
+from agentr1_core.algorithms.gigpo import gigpo_advantages
+from agentr1_core.algorithms.losses import PolicyLossConfig, policy_loss, value_loss
+from agentr1_core.algorithms.segments import check_choice
+
+
+class PolicyGradientAlgorithm(Algorithm):
+    """Shared plumbing: holds a ``PolicyLossConfig`` and forwards ``policy_loss`` to ``losses.policy_loss``."""
+
+    def _set_loss(self, loss_type: str, clip_ratio: float, clip_ratio_low: float | None,
+                  clip_ratio_high: float | None, clip_ratio_c: float | None, loss_agg: str, kl_coef: float,
+                  kl_estimator: str, entropy_coef: float) -> None:
+        self.loss_config = PolicyLossConfig(
+            loss_type=loss_type,
+            clip_ratio_low=clip_ratio if clip_ratio_low is None else clip_ratio_low,
+            clip_ratio_high=clip_ratio if clip_ratio_high is None else clip_ratio_high,
+            clip_ratio_c=clip_ratio_c,
+            loss_agg=loss_agg,
+            kl_coef=kl_coef,
+            kl_estimator=kl_estimator,
+            entropy_coef=entropy_coef,
+        )
+        self.needs_reference = kl_coef > 0
+
+    def policy_loss(self, logprobs: torch.Tensor, batch: StepBatch, advantages: torch.Tensor,
+                    entropy: torch.Tensor | None = None) -> LossOutput:
+        return policy_loss(logprobs, batch.old_logprobs, advantages, batch.action_mask, self.loss_config,
+                           ref_logprobs=batch.ref_logprobs, entropy=entropy)
+
+
+class GRPO(PolicyGradientAlgorithm):
+    """Group-normalised trajectory return, PPO-clip loss."""
+
+    needs_groups = True
+
+    def __init__(self, norm_by_std: bool = True, eps: float = 1e-6, loss_type: str = "ppo",
+                 clip_ratio: float = 0.2, clip_ratio_low: float | None = None, clip_ratio_high: float | None = None,
+                 clip_ratio_c: float | None = 3.0, loss_agg: str = "token-mean", kl_coef: float = 0.0,
+                 kl_estimator: str = "k3", entropy_coef: float = 0.0) -> None:
+        self.norm_by_std, self.eps = norm_by_std, eps
+        self._set_loss(loss_type, clip_ratio, clip_ratio_low, clip_ratio_high, clip_ratio_c, loss_agg, kl_coef,
+                       kl_estimator, entropy_coef)
+
+    def compute_advantages(self, batch: StepBatch) -> AdvantageOutput:
+        return adv_fns.grpo_advantages(batch, norm_by_std=self.norm_by_std, eps=self.eps)
+
+
+class DrGRPO(GRPO):
+    """Dr.GRPO: GRPO without std normalisation and with a length-unbiased ``seq-mean-token-sum`` aggregation."""
+
+    def __init__(self, norm_by_std: bool = False, eps: float = 1e-6, loss_type: str = "ppo",
+                 clip_ratio: float = 0.2, clip_ratio_low: float | None = None, clip_ratio_high: float | None = None,
+                 clip_ratio_c: float | None = 3.0, loss_agg: str = "seq-mean-token-sum", kl_coef: float = 0.0,
+                 kl_estimator: str = "k3", entropy_coef: float = 0.0) -> None:
+        super().__init__(norm_by_std, eps, loss_type, clip_ratio, clip_ratio_low, clip_ratio_high, clip_ratio_c,
+                         loss_agg, kl_coef, kl_estimator, entropy_coef)
+
+
+class RLOO(PolicyGradientAlgorithm):
+    """Leave-one-out group baseline on the trajectory return, PPO-clip loss."""
+
+    needs_groups = True
+
+    def __init__(self, loss_type: str = "ppo", clip_ratio: float = 0.2, clip_ratio_low: float | None = None,
+                 clip_ratio_high: float | None = None, clip_ratio_c: float | None = 3.0,
+                 loss_agg: str = "token-mean", kl_coef: float = 0.0, kl_estimator: str = "k3",
+                 entropy_coef: float = 0.0) -> None:
+        self._set_loss(loss_type, clip_ratio, clip_ratio_low, clip_ratio_high, clip_ratio_c, loss_agg, kl_coef,
+                       kl_estimator, entropy_coef)
+
+    def compute_advantages(self, batch: StepBatch) -> AdvantageOutput:
+        return adv_fns.rloo_advantages(batch)
+
+
+class Reinforce(PolicyGradientAlgorithm):
+    """Discounted return-to-go per step with an optional constant baseline, ``-A log pi`` loss."""
+
+    def __init__(self, gamma: float = 1.0, baseline: str = "none", loss_type: str = "reinforce",
+                 clip_ratio: float = 0.2, clip_ratio_low: float | None = None, clip_ratio_high: float | None = None,
+                 clip_ratio_c: float | None = 3.0, loss_agg: str = "token-mean", kl_coef: float = 0.0,
+                 kl_estimator: str = "k3", entropy_coef: float = 0.0) -> None:
+        self.gamma, self.baseline = gamma, check_choice("baseline", baseline, adv_fns.BASELINES)
+        self.needs_groups = baseline == "group"
+        self._set_loss(loss_type, clip_ratio, clip_ratio_low, clip_ratio_high, clip_ratio_c, loss_agg, kl_coef,
+                       kl_estimator, entropy_coef)
+
+    def compute_advantages(self, batch: StepBatch) -> AdvantageOutput:
+        return adv_fns.reinforce_advantages(batch, gamma=self.gamma, baseline=self.baseline)
+
+
+class ReinforcePP(PolicyGradientAlgorithm):
+    """REINFORCE++: return-to-go whitened over the batch, PPO-clip loss."""
+
+    def __init__(self, gamma: float = 1.0, baseline: str = "none", whiten_over: str = "token",
+                 loss_type: str = "ppo", clip_ratio: float = 0.2, clip_ratio_low: float | None = None,
+                 clip_ratio_high: float | None = None, clip_ratio_c: float | None = 3.0,
+                 loss_agg: str = "token-mean", kl_coef: float = 0.0, kl_estimator: str = "k3",
+                 entropy_coef: float = 0.0) -> None:
+        self.gamma = gamma
+        self.baseline = check_choice("baseline", baseline, adv_fns.BASELINES)
+        self.whiten_over = check_choice("whiten_over", whiten_over, adv_fns.WHITEN_OVER)
+        self.needs_groups = baseline == "group"
+        self._set_loss(loss_type, clip_ratio, clip_ratio_low, clip_ratio_high, clip_ratio_c, loss_agg, kl_coef,
+                       kl_estimator, entropy_coef)
+
+    def compute_advantages(self, batch: StepBatch) -> AdvantageOutput:
+        return adv_fns.reinforce_pp_advantages(batch, gamma=self.gamma, baseline=self.baseline,
+                                               whiten_over=self.whiten_over)
+
+
+class PPO(PolicyGradientAlgorithm):
+    """Step-level GAE with a per-step critic, token-level PPO-clip loss, clipped value loss."""
+
+    needs_critic = True
+
+    def __init__(self, gamma: float = 1.0, lam: float = 1.0, whiten_advantages: bool = True,
+                 value_clip: float | None = 0.5, loss_type: str = "ppo", clip_ratio: float = 0.2,
+                 clip_ratio_low: float | None = None, clip_ratio_high: float | None = None,
+                 clip_ratio_c: float | None = 3.0, loss_agg: str = "token-mean", kl_coef: float = 0.0,
+                 kl_estimator: str = "k3", entropy_coef: float = 0.0) -> None:
+        self.gamma, self.lam, self.whiten_advantages, self.value_clip = gamma, lam, whiten_advantages, value_clip
+        self._set_loss(loss_type, clip_ratio, clip_ratio_low, clip_ratio_high, clip_ratio_c, loss_agg, kl_coef,
+                       kl_estimator, entropy_coef)
+
+    def compute_advantages(self, batch: StepBatch) -> AdvantageOutput:
+        return step_gae(batch, gamma=self.gamma, lam=self.lam, whiten_advantages=self.whiten_advantages)
+
+    def value_loss(self, values: torch.Tensor, batch: StepBatch, returns: torch.Tensor) -> LossOutput:
+        """Over steps that have at least one action token (the value is read at the first one)."""
+        acting = (batch.action_mask > 0).any(-1)
+        return value_loss(values, batch.values, returns, acting, clip=self.value_clip)
+
+
+class StepPO(PPO):
+    """Step-level GAE with a per-step critic and the sequence-level (per-step) GSPO loss."""
+
+    def __init__(self, gamma: float = 1.0, lam: float = 1.0, whiten_advantages: bool = True,
+                 value_clip: float | None = 0.5, loss_type: str = "gspo", clip_ratio: float = 3e-4,
+                 clip_ratio_low: float | None = None, clip_ratio_high: float | None = 4e-4,
+                 clip_ratio_c: float | None = 3.0, loss_agg: str = "seq-mean-token-mean", kl_coef: float = 0.0,
+                 kl_estimator: str = "k3", entropy_coef: float = 0.0) -> None:
+        super().__init__(gamma, lam, whiten_advantages, value_clip, loss_type, clip_ratio, clip_ratio_low,
+                         clip_ratio_high, clip_ratio_c, loss_agg, kl_coef, kl_estimator, entropy_coef)
+
+
+class GiGPO(PolicyGradientAlgorithm):
+    """GRPO trajectory advantage plus an anchor-state step-group advantage, PPO-clip loss."""
+
+    needs_groups = True
+
+    def __init__(self, gamma: float = 0.95, step_weight: float = 1.0, norm_by_std: bool = True,
+                 eps: float = 1e-6, loss_type: str = "ppo", clip_ratio: float = 0.2,
+                 clip_ratio_low: float | None = None, clip_ratio_high: float | None = None,
+                 clip_ratio_c: float | None = 3.0, loss_agg: str = "token-mean", kl_coef: float = 0.0,
+                 kl_estimator: str = "k3", entropy_coef: float = 0.0) -> None:
+        self.gamma, self.step_weight, self.norm_by_std, self.eps = gamma, step_weight, norm_by_std, eps
+        self._set_loss(loss_type, clip_ratio, clip_ratio_low, clip_ratio_high, clip_ratio_c, loss_agg, kl_coef,
+                       kl_estimator, entropy_coef)
+
+    def compute_advantages(self, batch: StepBatch) -> AdvantageOutput:
+        return gigpo_advantages(batch, gamma=self.gamma, step_weight=self.step_weight,
+                                norm_by_std=self.norm_by_std, eps=self.eps)
+
+
+ALGORITHM_CLASSES: dict[str, type[Algorithm]] = {
+    "grpo": GRPO,
+    "drgrpo": DrGRPO,
+    "rloo": RLOO,
+    "reinforce": Reinforce,
+    "reinforce_pp": ReinforcePP,
+    "ppo": PPO,
+    "steppo": StepPO,
+    "gigpo": GiGPO,
+}

@@ -1,0 +1,209 @@
+"""Policy and value losses on per-token ``[S, T]`` tensors: REINFORCE, PPO clip (+ dual clip), GSPO, KL, entropy.
+
+All inputs are rows of a StepBatch: ``logprobs`` (current policy, carries the gradient), ``old_logprobs``
+(behaviour policy), per-token ``advantages`` and ``action_mask``. A token enters the loss only if it is an action
+token and every input it needs (log-probs, old/ref log-probs, advantage, entropy) is finite; action tokens dropped
+because a log-prob is NaN/inf are counted in the ``nonfinite_logprob_tokens`` metric. Dropped values are replaced
+by 0 *before* any arithmetic, so neither the loss nor its gradient can become NaN/inf. Log-ratios are clamped to
+[-20, 20] before ``exp`` (the GSPO sequence log-ratio to [-20, 10]); the k3 KL term is capped at 10.
+
+Aggregation modes (rows = steps):
+
+* ``token-mean``: sum over valid tokens / number of valid tokens;
+* ``seq-mean-token-sum``: per-row token sum, averaged over rows that have a valid token;
+* ``seq-mean-token-mean``: per-row token mean, averaged over rows that have a valid token.
+
+An empty batch (no valid token) gives loss 0 that is still connected to ``logprobs`` (zero gradient).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from agentr1_core.algorithms.base import LossOutput
+from agentr1_core.algorithms.segments import check_choice
+
+LOSS_TYPES = ("reinforce", "ppo", "gspo")
+LOSS_AGGS = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
+KL_ESTIMATORS = ("k1", "k2", "k3")
+LOG_RATIO_LIMIT = 20.0
+GSPO_LOG_RATIO_MAX = 10.0
+K3_MAX = 10.0
+
+
+@dataclass(frozen=True)
+class PolicyLossConfig:
+    """Options of ``policy_loss``; validated on construction (ValueError lists the valid values)."""
+
+    loss_type: str = "ppo"
+    clip_ratio_low: float = 0.2
+    clip_ratio_high: float = 0.2
+    clip_ratio_c: float | None = 3.0  # dual clip for negative advantages (ppo only); None disables it
+    loss_agg: str = "token-mean"
+    kl_coef: float = 0.0
+    kl_estimator: str = "k3"
+    entropy_coef: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_choice("loss_type", self.loss_type, LOSS_TYPES)
+        check_choice("loss_agg", self.loss_agg, LOSS_AGGS)
+        check_choice("kl_estimator", self.kl_estimator, KL_ESTIMATORS)
+        if self.clip_ratio_low < 0 or self.clip_ratio_high < 0:
+            raise ValueError("clip ratios must be >= 0")
+        if self.clip_ratio_c is not None and self.clip_ratio_c <= 1.0:
+            raise ValueError(f"clip_ratio_c must be > 1 (or None to disable), got {self.clip_ratio_c}")
+        if self.kl_coef < 0 or self.entropy_coef < 0:
+            raise ValueError("kl_coef and entropy_coef must be >= 0")
+
+
+def aggregate(loss_mat: torch.Tensor, valid: torch.Tensor, mode: str) -> torch.Tensor:
+    """Reduce a per-token loss ``[S, T]`` over the ``valid`` tokens with one of ``LOSS_AGGS``."""
+    check_choice("loss_agg", mode, LOSS_AGGS)
+    masked = torch.where(valid, loss_mat, torch.zeros_like(loss_mat))
+    counts = valid.sum(-1).to(loss_mat.dtype)
+    if mode == "token-mean":
+        return masked.sum() / counts.sum().clamp(min=1.0)
+    rows = (counts > 0).sum().to(loss_mat.dtype).clamp(min=1.0)
+    per_row = masked.sum(-1)
+    if mode == "seq-mean-token-mean":
+        per_row = per_row / counts.clamp(min=1.0)
+    return per_row.sum() / rows
+
+
+def masked_mean(x: torch.Tensor, valid: torch.Tensor) -> float:
+    """Plain float mean of ``x`` over ``valid`` (0 when nothing is valid); for metrics only."""
+    x = x.detach()
+    n = int(valid.sum().item())
+    return float(torch.where(valid, x, torch.zeros_like(x)).sum().item()) / n if n else 0.0
+
+
+def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: str) -> torch.Tensor:
+    """Per-token estimate of KL(pi || pi_ref) from samples of pi; ``d = logprobs - ref_logprobs``.
+
+    k1 = d;  k2 = d^2 / 2;  k3 = exp(-d) - 1 + d  (non-negative, low variance; capped at 10)."""
+    check_choice("kl_estimator", estimator, KL_ESTIMATORS)
+    d = (logprobs - ref_logprobs).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
+    if estimator == "k1":
+        return d
+    if estimator == "k2":
+        return 0.5 * d * d
+    return (torch.exp(-d) - 1.0 + d).clamp(max=K3_MAX)
+
+
+def clipped_surrogate(adv: torch.Tensor, ratio: torch.Tensor, cfg: PolicyLossConfig,
+                      dual: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``max(-A r, -A clip(r, 1-lo, 1+hi))``; with ``dual`` and A < 0 also capped at ``-A c``.
+
+    Returns the per-token loss and bool masks of where the clip and the dual clip were active."""
+    plain = -adv * ratio
+    clipped = -adv * ratio.clamp(1.0 - cfg.clip_ratio_low, 1.0 + cfg.clip_ratio_high)
+    loss = torch.maximum(plain, clipped)
+    clip_on = clipped > plain
+    dual_on = torch.zeros_like(clip_on)
+    if dual and cfg.clip_ratio_c is not None:
+        cap = -adv * cfg.clip_ratio_c
+        dual_on = (adv < 0) & (loss > cap)
+        loss = torch.where(dual_on, cap, loss)
+    return loss, clip_on, dual_on
+
+
+def gspo_ratio(lp: torch.Tensor, old: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Per-token GSPO ratio: value ``exp(mean_t(lp - old))`` of the step, gradient ``ratio * d lp_t``."""
+    diff = torch.where(valid, lp.detach().double() - old.double(), torch.zeros((), dtype=torch.float64,
+                                                                               device=lp.device))
+    seq = diff.sum(-1) / valid.sum(-1).clamp(min=1).double()
+    log_ratio = lp - lp.detach() + seq.to(lp.dtype).unsqueeze(-1)
+    return torch.exp(log_ratio.clamp(-LOG_RATIO_LIMIT, GSPO_LOG_RATIO_MAX))
+
+
+def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
+                action_mask: torch.Tensor, cfg: PolicyLossConfig, ref_logprobs: torch.Tensor | None = None,
+                entropy: torch.Tensor | None = None) -> LossOutput:
+    """Policy-gradient loss (+ KL penalty, − entropy bonus) per ``cfg``; see the module docstring."""
+    use_kl = cfg.kl_coef > 0
+    if use_kl and ref_logprobs is None:
+        raise ValueError("kl_coef > 0 needs ref_logprobs")
+    if cfg.entropy_coef > 0 and entropy is None:
+        raise ValueError("entropy_coef > 0 needs per-token entropy")
+    dtype = torch.promote_types(logprobs.dtype, torch.float32)
+    mask = action_mask > 0
+    lp_ok = torch.isfinite(logprobs) & torch.isfinite(old_logprobs)
+    if use_kl:
+        lp_ok &= torch.isfinite(ref_logprobs)
+    valid = mask & lp_ok & torch.isfinite(advantages)
+    if entropy is not None:
+        valid &= torch.isfinite(entropy)
+    zero = torch.zeros((), dtype=dtype, device=logprobs.device)
+
+    def clean(x: torch.Tensor) -> torch.Tensor:
+        return torch.where(valid, x.to(dtype), zero)
+
+    lp, old, adv = clean(logprobs), clean(old_logprobs), clean(advantages)
+    token_ratio = torch.exp((lp - old).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT))
+    ratio = token_ratio
+    clip_on = dual_on = torch.zeros_like(valid)
+    if cfg.loss_type == "reinforce":
+        pg = -adv * lp
+    elif cfg.loss_type == "ppo":
+        pg, clip_on, dual_on = clipped_surrogate(adv, token_ratio, cfg, dual=True)
+    else:
+        ratio = gspo_ratio(lp, old, valid)
+        pg, clip_on, _ = clipped_surrogate(adv, ratio, cfg, dual=False)
+    pg_loss = aggregate(pg, valid, cfg.loss_agg)
+    loss = pg_loss
+    log_r = (lp - old).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
+    metrics = {
+        "pg_loss": float(pg_loss.item()),
+        "clip_fraction": masked_mean(clip_on.to(dtype), valid),
+        "dual_clip_fraction": masked_mean(dual_on.to(dtype), valid),
+        "approx_kl": masked_mean(token_ratio - 1.0 - log_r, valid),
+        "ratio_mean": masked_mean(ratio, valid),
+        "valid_tokens": float(valid.sum().item()),
+        "nonfinite_logprob_tokens": float((mask & ~lp_ok).sum().item()),
+    }
+    if ref_logprobs is not None:
+        kl = kl_penalty(lp, clean(ref_logprobs), cfg.kl_estimator)
+        metrics["kl"] = masked_mean(kl, valid)
+        if use_kl:
+            loss = loss + cfg.kl_coef * aggregate(kl, valid, cfg.loss_agg)
+    if entropy is not None:
+        ent = clean(entropy)
+        metrics["entropy"] = masked_mean(ent, valid)
+        if cfg.entropy_coef > 0:
+            loss = loss - cfg.entropy_coef * aggregate(ent, valid, cfg.loss_agg)
+    return LossOutput(loss=loss, metrics=metrics)
+
+
+def value_loss(values: torch.Tensor, old_values: torch.Tensor | None, returns: torch.Tensor,
+               step_mask: torch.Tensor, clip: float | None = None) -> LossOutput:
+    """Critic loss ``0.5 * mean((V - R)^2)`` over ``step_mask`` steps with finite inputs.
+
+    With ``clip`` (and ``old_values``), PPO-style value clipping: ``0.5 * mean(max((V - R)^2, (V_c - R)^2))`` where
+    ``V_c = V_old + clip(V - V_old, -clip, clip)``."""
+    dtype = torch.promote_types(values.dtype, torch.float32)
+    use_clip = clip is not None and clip > 0 and old_values is not None
+    valid = step_mask.bool() & torch.isfinite(values) & torch.isfinite(returns)
+    if use_clip:
+        valid &= torch.isfinite(old_values)
+    zero = torch.zeros((), dtype=dtype, device=values.device)
+    v = torch.where(valid, values.to(dtype), zero)
+    ret = torch.where(valid, returns.to(dtype), zero)
+    err = (v - ret) ** 2
+    clip_on = torch.zeros_like(valid)
+    if use_clip:
+        old = torch.where(valid, old_values.to(dtype), zero)
+        v_clipped = old + (v - old).clamp(-clip, clip)
+        err_clipped = (v_clipped - ret) ** 2
+        clip_on = err_clipped > err
+        err = torch.maximum(err, err_clipped)
+    n = valid.sum().to(dtype).clamp(min=1.0)
+    loss = 0.5 * torch.where(valid, err, zero).sum() / n
+    metrics = {
+        "vf_loss": float(loss.item()),
+        "vf_clip_fraction": masked_mean(clip_on.to(dtype), valid),
+        "value_pred_mean": masked_mean(v, valid),
+        "value_error": masked_mean((v - ret).abs(), valid),
+    }
+    return LossOutput(loss=loss, metrics=metrics)
