@@ -64,11 +64,15 @@ def _plugins_table(rows: list[dict[str, Any]], verbose: bool) -> str:
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
-    rows = get_registry().table()
+    registry = get_registry()
+    rows = registry.table()
+    conflicts = [registry.conflict_message(kind, name) for kind, name in sorted(registry.conflicts)]
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps({"plugins": rows, "conflicts": conflicts}, indent=2))
     else:
         print(_plugins_table(rows, args.verbose))
+        for line in conflicts:
+            print(f"conflict: {line}")
     return 0
 
 
@@ -123,6 +127,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(exc))
     except FileNotFoundError as exc:
         return _fail(f"{exc.strerror}: {exc.filename}" if exc.filename else str(exc))
+    except BrokenPipeError:  # output piped into head & co
+        return 0
     except KeyboardInterrupt:
         print("agentr1-core: interrupted", file=sys.stderr)
         return 130

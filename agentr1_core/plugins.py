@@ -77,7 +77,7 @@ class Registry:
         self.pm.add_hookspecs(hookspecs)
         self.plugins: dict[str, PluginInfo] = {}
         self.components: dict[str, dict[str, Registered]] = {kind: {} for kind in SPEC_TYPES}
-        self._duplicates: list[str] = []
+        self.conflicts: dict[tuple[str, str], list[Registered]] = {}
 
     # -- loading ------------------------------------------------------------------------------------------------
     def load_entry_points(self) -> "Registry":
@@ -137,10 +137,6 @@ class Registry:
             except Exception:
                 info.status, info.error = "error", traceback.format_exc()
         self.plugins[name] = info
-        if self._duplicates:
-            msg = "; ".join(self._duplicates)
-            self._duplicates = []
-            raise DuplicateComponentError(msg)
         return info
 
     def _add_specs(self, kind: str, specs: Iterable[ComponentSpec], info: PluginInfo) -> None:
@@ -152,9 +148,8 @@ class Registry:
                     f"the {kind} hook; expected {expected.__name__}")
             existing = self.components[kind].get(spec.name)
             if existing is not None:
-                self._duplicates.append(
-                    f"{kind} {spec.name!r} is registered twice: by {existing.distribution} "
-                    f"(plugin {existing.plugin}) and by {info.distribution} (plugin {info.name})")
+                self.conflicts.setdefault((kind, spec.name), [existing]).append(
+                    Registered(spec, info.name, info.distribution))
                 continue
             self.components[kind][spec.name] = Registered(spec, info.name, info.distribution)
             info.components.setdefault(kind, []).append(spec.name)
@@ -165,6 +160,8 @@ class Registry:
 
     def get(self, kind: str, name: str) -> ComponentSpec:
         """The spec for ``name``; an unknown name raises with the valid names and a close match."""
+        if (kind, name) in self.conflicts:
+            raise DuplicateComponentError(self.conflict_message(kind, name))
         found = self.components[kind].get(name)
         if found is not None:
             return found.spec
@@ -187,16 +184,25 @@ class Registry:
                 f"{kind} {name!r} from {owner.distribution} failed to import ({spec.factory}): "
                 f"{type(exc).__name__}: {exc}") from exc
 
-    def build(self, kind: str, name: str, params: dict[str, Any] | None = None, where: str = "",
-              **context: Any) -> Any:
-        """Validate ``params`` against the factory signature, then call it with ``context`` + ``params``."""
+    def validate(self, kind: str, name: str, params: dict[str, Any], where: str = "",
+                 reserved: Iterable[str] = ()) -> Any:
+        """Import the factory of ``name`` and check ``params`` against its signature; returns the factory."""
         from agentr1_core.config import validate_params
 
         factory = self.load(kind, name)
-        spec = self.get(kind, name)
+        validate_params(self.get(kind, name), params, where or kind, reserved=set(reserved))
+        return factory
+
+    def build(self, kind: str, name: str, params: dict[str, Any] | None = None, where: str = "",
+              **context: Any) -> Any:
+        """Validate ``params`` against the factory signature, then call it with ``context`` + ``params``."""
         params = dict(params or {})
-        validate_params(spec, params, where or kind, reserved=set(context))
+        factory = self.validate(kind, name, params, where, reserved=context)
         return factory(**context, **params)
+
+    def conflict_message(self, kind: str, name: str) -> str:
+        owners = " and ".join(f"{r.distribution} (plugin {r.plugin})" for r in self.conflicts[(kind, name)])
+        return f"{kind} {name!r} is registered by more than one distribution: {owners}; uninstall or block one"
 
     def table(self) -> list[dict[str, Any]]:
         rows = []

@@ -10,7 +10,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from agentr1_core.config import COMPONENT_KEYS, component, validate_params
+from agentr1_core.config import COMPONENT_KEYS, component
 from agentr1_core.plugins import Registry, configure_registry
 
 # Parameters the framework passes itself (not from the config) to each kind of factory.
@@ -26,16 +26,11 @@ def check_components(cfg: DictConfig, registry: Registry) -> None:
             registry.get("trainer", cfg.trainer.name)
             continue
         name, params = component(cfg, key)
-        spec = registry.get(kind, name)
-        try:
-            validate_params(spec, params, key, reserved=RESERVED.get(kind, set()))
-        except ImportError:
-            registry.load(kind, name)  # re-raised as a PluginError naming the plugin
+        registry.validate(kind, name, params, key, reserved=RESERVED.get(kind, ()))
     for i, tool in enumerate(OmegaConf.select(cfg, "env.tools") or []):
         node = OmegaConf.to_container(tool) if not isinstance(tool, str) else {"name": tool}
         node = dict(node)
-        spec = registry.get("tool", str(node.pop("name", "")))
-        validate_params(spec, node, f"env.tools[{i}]")
+        registry.validate("tool", str(node.pop("name", "")), node, f"env.tools[{i}]")
 
 
 def run(cfg: DictConfig) -> Any:
