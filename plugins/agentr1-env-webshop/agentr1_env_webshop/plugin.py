@@ -1,0 +1,18 @@
+"""Registers the WebShop env and goal dataset with agentr1 (lazy factories: listing plugins imports nothing heavy)."""
+
+from __future__ import annotations
+
+from agentr1_core.hookspecs import hookimpl
+from agentr1_core.specs import DatasetSpec, EnvSpec
+
+
+@hookimpl
+def agentr1_envs():
+    return [EnvSpec("webshop", "agentr1_env_webshop.env:WebShopEnv",
+                    "WebShop text-mode shopping (search, results, item pages) with the benchmark's reward")]
+
+
+@hookimpl
+def agentr1_datasets():
+    return [DatasetSpec("webshop", "agentr1_env_webshop.data:load_goals",
+                        "WebShop goals (synthetic or human) as rows, split by index ranges like the original")]
