@@ -98,7 +98,7 @@ class {cls}(AgentEnv):
         self.turn += 1
         won = action.text.strip() == str(self.target)
         hint = "correct" if won else "wrong, try again"
-        obs = Observation(messages=[{{"role": "user", "content": f"{{action.text.strip()!r} is {{hint}}."}}])
+        obs = Observation(messages=[{{"role": "user", "content": f"{{action.text.strip()!r}} is {{hint}}."}}])
         return StepResult(observation=obs, reward=float(won), done=won, truncated=self.turn >= self.max_turns,
                           feedback=hint)
 '''

