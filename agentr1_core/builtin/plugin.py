@@ -73,5 +73,11 @@ def agentr1_datasets():
 
 @hookimpl
 def agentr1_cli_commands():
-    return [CommandSpec("new-plugin", "agentr1_core.scaffold:register", "Write a new plugin package",
-                        help="write a complete third-party plugin package")]
+    return [
+        CommandSpec("new-plugin", "agentr1_core.scaffold:register", "Write a new plugin package",
+                    help="write a complete third-party plugin package"),
+        CommandSpec("plot", "agentr1_core.lifecycle.plot:register", "PNG curves of a run's metrics",
+                    help="plot reward, success, loss and throughput of a run"),
+        CommandSpec("export", "agentr1_core.lifecycle.export:register", "Export a plain Hugging Face model folder",
+                    help="write the latest checkpoint as a plain HF model folder (LoRA merged)"),
+    ]

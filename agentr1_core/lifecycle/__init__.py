@@ -1,0 +1,1 @@
+"""Run lifecycle: atomic checkpoints, metrics logging, plots, export to a plain Hugging Face folder."""

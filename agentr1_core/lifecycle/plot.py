@@ -1,0 +1,50 @@
+"""``agentr1-core plot RUN_DIR``: PNG curves (reward, success, loss, throughput) from ``metrics.jsonl``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from agentr1_core.lifecycle.metrics import read_metrics
+
+PANELS = (
+    ("reward", ("reward/mean", "val/reward/mean")),
+    ("success rate", ("success/rate", "val/success/rate")),
+    ("loss", ("loss/policy", "loss/value")),
+    ("throughput (tok/s)", ("throughput/rollout_tok_s", "throughput/update_tok_s")),
+)
+
+
+def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = read_metrics(run_dir)
+    if not records:
+        raise FileNotFoundError(f"no metrics in {Path(run_dir) / 'metrics.jsonl'}")
+    out = Path(out) if out else Path(run_dir) / "curves.png"
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7))
+    for ax, (title, keys) in zip(axes.flat, PANELS):
+        for key in keys:
+            points = [(r["step"], r[key]) for r in records if isinstance(r.get(key), (int, float))]
+            if points:
+                xs, ys = zip(*points)
+                ax.plot(xs, ys, marker="o", markersize=3, label=key)
+        ax.set_title(title)
+        ax.set_xlabel("iteration")
+        if ax.lines:
+            ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    fig.suptitle(str(run_dir))
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir")
+    parser.add_argument("--out", default=None, help="PNG path (default RUN_DIR/curves.png)")
+    parser.set_defaults(func=lambda args: print(plot_run(args.run_dir, args.out)) or 0)
