@@ -4,6 +4,7 @@ dataset loader, and the core's env conformance check."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
@@ -11,7 +12,9 @@ from agentr1_core.mdp import Action
 from agentr1_env_webshop.data import load_goals
 from agentr1_env_webshop.pages import parse_action
 
-from conftest import HUMAN, SYNTHETIC
+DATA = Path(__file__).parent / "data"
+SYNTHETIC = str(DATA / 'goals_synthetic_slice.json')
+HUMAN = str(DATA / 'goals_human_slice.json')
 
 
 def act(env, text):

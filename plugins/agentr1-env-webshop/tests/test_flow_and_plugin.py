@@ -7,12 +7,16 @@ import asyncio
 import json
 import shutil
 import subprocess
+from pathlib import Path
 
 from agentr1_core.flows import AgentEnvLoop, FlowContext
 from agentr1_core.rollout.base import SamplingParams
 from agentr1_env_webshop.data import load_goals
 
-from conftest import PRICES, PRODUCTS, SYNTHETIC
+DATA = Path(__file__).parent / "data"
+PRODUCTS = str(DATA / 'products_slice.jsonl')
+PRICES = str(DATA / 'prices_slice.json')
+SYNTHETIC = str(DATA / 'goals_synthetic_slice.json')
 
 
 def test_expert_episodes_through_agent_env_loop(smollm2_tokenizer):
