@@ -1,0 +1,48 @@
+"""Registers the search tool, the ``search_qa`` env, the QA datasets and rewards, and the ``search`` CLI command.
+
+Every factory is a lazy ``"module:attr"`` string: listing plugins does not import bm25s, numpy or faiss.
+"""
+
+from __future__ import annotations
+
+from agentr1_core.hookspecs import hookimpl
+from agentr1_core.specs import CommandSpec, DatasetSpec, EnvSpec, RewardSpec, ToolSpec
+
+PKG = "agentr1_tools_search"
+
+
+@hookimpl
+def agentr1_tools():
+    return [ToolSpec("search", f"{PKG}.tool:SearchTool", "Top-k passages from a local corpus (BM25 or dense)")]
+
+
+@hookimpl
+def agentr1_envs():
+    return [EnvSpec("search_qa", f"{PKG}.env:SearchQAEnv",
+                    "Question answering with search; context rebuilt per step (summary | window | append)")]
+
+
+@hookimpl
+def agentr1_datasets():
+    return [
+        DatasetSpec("hotpotqa", f"{PKG}.datasets:load_hotpotqa", "HotpotQA (official format; shipped sample)"),
+        DatasetSpec("musique", f"{PKG}.datasets:load_musique", "MuSiQue-Ans (official format)"),
+        DatasetSpec("2wiki", f"{PKG}.datasets:load_2wiki", "2WikiMultihopQA (official or question/answer format)"),
+        DatasetSpec("nq", f"{PKG}.datasets:load_nq", "NQ-open question/answers"),
+        DatasetSpec("bamboogle", f"{PKG}.datasets:load_bamboogle", "Bamboogle (JSONL or CSV)"),
+        DatasetSpec("qa_jsonl", f"{PKG}.datasets:load_qa_jsonl", "Plain {question, answer(s)} JSONL"),
+    ]
+
+
+@hookimpl
+def agentr1_rewards():
+    return [
+        RewardSpec("qa_em", f"{PKG}.rewards:QAExactMatch", "Exact match of <answer> (HotpotQA normalisation)"),
+        RewardSpec("qa_f1", f"{PKG}.rewards:QAF1", "Token F1 of <answer> (HotpotQA rules)"),
+    ]
+
+
+@hookimpl
+def agentr1_cli_commands():
+    return [CommandSpec("search", f"{PKG}.cli:register", "Build, serve and query search indexes",
+                        help="search indexes: index | serve | query")]

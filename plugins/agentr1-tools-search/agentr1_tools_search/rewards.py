@@ -1,0 +1,51 @@
+"""Episode rewards for QA: ``qa_em`` and ``qa_f1``, with an optional format reward.
+
+A reward is called once per episode as ``fn(trajectory, row)``; the flow puts it on the last step (search steps keep
+the env's own reward, 0 unless ``search_reward`` is set on the env). The prediction is the last ``<answer>`` of the
+last step of an episode that ended with an answer; the gold answers are ``row["reward_model"]["ground_truth"]``
+(a string or a list of aliases: the best alias counts).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentr1_core.mdp import Trajectory
+
+from agentr1_tools_search.answers import best_score, exact_match, extract_answer, f1_score
+
+
+def gold_answers(row: dict[str, Any]) -> Any:
+    rm = row.get("reward_model") or {}
+    return rm.get("ground_truth", row.get("answer", row.get("answers")))
+
+
+class _QAReward:
+    metric = staticmethod(exact_match)
+
+    def __init__(self, format_reward: float = 0.0) -> None:
+        if not 0.0 <= format_reward < 1.0:
+            raise ValueError(f"format_reward must be in [0, 1), got {format_reward}")
+        self.format_reward = format_reward
+
+    def __call__(self, traj: Trajectory, row: dict[str, Any]) -> float:
+        if not traj.steps or traj.termination != "done":
+            return 0.0
+        answer = extract_answer(traj.steps[-1].action_text)
+        if answer is None:
+            return 0.0
+        score = best_score(answer, gold_answers(row), self.metric)
+        return max(score, self.format_reward)
+
+
+class QAExactMatch(_QAReward):
+    """1 when the normalised answer equals a normalised gold alias; else ``format_reward`` for a well-formed
+    ``<answer>`` (0 by default)."""
+
+    metric = staticmethod(exact_match)
+
+
+class QAF1(_QAReward):
+    """Token F1 against the best gold alias (HotpotQA rules); at least ``format_reward`` for a well-formed answer."""
+
+    metric = staticmethod(f1_score)
