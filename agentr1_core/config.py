@@ -88,6 +88,8 @@ class TrainerConfig:
     warmup_steps: int = 0
     ref_model: bool = False  # keep a frozen reference for the KL term
     critic_lr: float = 1e-5
+    value_coef: float = 1.0  # weight of the critic loss added to the policy loss
+    train_layers: int = 0  # train only the top N decoder blocks (0: all); with LoRA, adapters only there
     threads: int = 0  # torch threads (0: leave the default)
     checkpoint_every: int = 0
     keep_checkpoints: int = 2
@@ -170,7 +172,11 @@ def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] 
     if bad:
         raise ConfigError(f"override {bad[0]!r} must look like key.path=value")
     try:
-        cfg = OmegaConf.merge(OmegaConf.structured(RunConfig), *layers, OmegaConf.from_dotlist(list(overrides)))
+        cfg = OmegaConf.merge(OmegaConf.structured(RunConfig), *layers)
+        for item in overrides:  # one at a time, so that list items can be addressed: env.tools.0.top_k=5
+            key, _, raw = item.partition("=")
+            value = OmegaConf.to_container(OmegaConf.from_dotlist([f"v={raw}"]))["v"]
+            OmegaConf.update(cfg, key, value, merge=True)
         OmegaConf.resolve(cfg)
     except OmegaConfBaseException as exc:
         raise ConfigError(_one_line(exc)) from exc

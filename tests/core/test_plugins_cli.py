@@ -88,9 +88,9 @@ def config_file(tmp_path):
     (["env.tools=[calculatr]"], "unknown tool 'calculatr' (did you mean 'calculator'?); valid: "),
     (["env.tools=[fragile]"], "tool 'fragile' from agentr1-good failed to import "
                               "(agentr1_good_missing_dependency:Tool): ModuleNotFoundError"),
-    (["env.tools=[calculator]", "env.tools=[{name: calculator}]", "env.tools.0.timeout=x"],
+    (["env.tools=[{name: calculator}]", "env.tools.0.timeout=x"],
      "config error at env.tools[0].timeout: expected float, got str 'x'"),
-    (["reward.name=nope"], "unknown reward 'nope'; valid: answer_match"),
+    (["reward.name=nope"], "unknown reward 'nope'; valid: answer_match"),  # then any plugin rewards
     (["agent_flow.name=null"], "config error at agent_flow: a component needs a 'name'"),
     (["oops"], "override 'oops' must look like key.path=value"),
 ])
