@@ -176,6 +176,11 @@ def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] 
         for item in overrides:  # one at a time, so that list items can be addressed: env.tools.0.top_k=5
             key, _, raw = item.partition("=")
             value = OmegaConf.to_container(OmegaConf.from_dotlist([f"v={raw}"]))["v"]
+            parts = key.split(".")
+            for depth in range(1, len(parts)):  # reward.name=x when reward is null: start an empty node
+                prefix = ".".join(parts[:depth])
+                if OmegaConf.select(cfg, prefix, default="missing") is None:
+                    OmegaConf.update(cfg, prefix, {}, merge=False)
             OmegaConf.update(cfg, key, value, merge=True)
         OmegaConf.resolve(cfg)
     except OmegaConfBaseException as exc:
