@@ -1,0 +1,111 @@
+"""Registered algorithm components: registry entries, constructor signatures, option validation, wiring."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import subprocess
+import sys
+import typing
+
+import pytest
+import torch
+
+from agentr1_core.algorithms.base import Algorithm, StepBatch
+from agentr1_core.algorithms.components import ALGORITHM_CLASSES
+from agentr1_core.algorithms.registry_entries import ALGORITHMS
+
+EXPECTED = {"grpo", "drgrpo", "rloo", "reinforce", "reinforce_pp", "ppo", "steppo", "gigpo"}
+
+
+def load(path: str):
+    module, name = path.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def test_registry_entries_resolve():
+    names = [e[0] for e in ALGORITHMS]
+    assert set(names) == EXPECTED and len(names) == len(set(names))
+    for name, path, description, needs_critic in ALGORITHMS:
+        cls = load(path)
+        assert issubclass(cls, Algorithm) and cls is ALGORITHM_CLASSES[name]
+        assert cls.needs_critic is needs_critic and cls().needs_critic is needs_critic
+        assert description and "\n" not in description
+
+
+def test_registry_entries_import_without_torch():
+    code = ("import sys; sys.modules['torch'] = None; "
+            "from agentr1_core.algorithms.registry_entries import ALGORITHMS; print(len(ALGORITHMS))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "8"
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_constructor_is_plain_typed_keywords(name):
+    cls = ALGORITHM_CLASSES[name]
+    params = [p for n, p in inspect.signature(cls.__init__).parameters.items() if n != "self"]
+    hints = typing.get_type_hints(cls.__init__)
+    assert params, name
+    for p in params:
+        assert p.kind is p.POSITIONAL_OR_KEYWORD, (name, p.name)
+        assert p.default is not inspect.Parameter.empty, (name, p.name)
+        assert p.name in hints, (name, p.name)
+    assert {"loss_agg", "kl_coef", "kl_estimator", "entropy_coef", "clip_ratio"} <= {p.name for p in params}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+@pytest.mark.parametrize("option", ["loss_agg", "loss_type", "kl_estimator"])
+def test_unknown_option_values_raise(name, option):
+    with pytest.raises(ValueError, match="choose one of"):
+        ALGORITHM_CLASSES[name](**{option: "foo"})
+
+
+@pytest.mark.parametrize("name", ["reinforce", "reinforce_pp"])
+def test_unknown_baseline_raises(name):
+    with pytest.raises(ValueError, match="group"):
+        ALGORITHM_CLASSES[name](baseline="foo")
+
+
+def test_defaults_and_flags():
+    assert ALGORITHM_CLASSES["drgrpo"]().norm_by_std is False
+    assert ALGORITHM_CLASSES["drgrpo"]().loss_config.loss_agg == "seq-mean-token-sum"
+    assert ALGORITHM_CLASSES["steppo"]().loss_config.loss_type == "gspo"
+    assert ALGORITHM_CLASSES["ppo"]().loss_config.loss_type == "ppo"
+    assert ALGORITHM_CLASSES["reinforce"]().loss_config.loss_type == "reinforce"
+    assert ALGORITHM_CLASSES["grpo"]().needs_groups and not ALGORITHM_CLASSES["reinforce"]().needs_groups
+    assert ALGORITHM_CLASSES["reinforce"](baseline="group").needs_groups
+    assert not ALGORITHM_CLASSES["grpo"]().needs_reference
+    assert ALGORITHM_CLASSES["grpo"](kl_coef=0.01).needs_reference
+    cfg = ALGORITHM_CLASSES["grpo"](clip_ratio=0.1, clip_ratio_high=0.3).loss_config
+    assert (cfg.clip_ratio_low, cfg.clip_ratio_high) == (0.1, 0.3)
+
+
+def batch() -> StepBatch:
+    return StepBatch(
+        traj_ids=torch.tensor([0, 0, 1]), group_ids=torch.tensor([0, 0, 0]), step_index=torch.tensor([0, 1, 0]),
+        rewards=torch.tensor([0.0, 1.0, 0.0]), dones=torch.tensor([False, True, True]),
+        truncated=torch.zeros(3, dtype=torch.bool), action_mask=torch.tensor([[1.0, 1.0], [1.0, 0.0], [0.0, 0.0]]),
+        old_logprobs=torch.full((3, 2), -1.0), values=torch.tensor([0.2, 0.4, 0.1]),
+    )
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_microbatch_loss_matches_rows(name):
+    algo = ALGORITHM_CLASSES[name]()
+    b = batch()
+    adv = algo.compute_advantages(b)
+    assert adv.advantages.shape == (3, 2) and adv.returns.shape == (3,)
+    idx = torch.tensor([1, 0])
+    mb = b.select(idx)
+    lp = (mb.old_logprobs + torch.tensor([[0.05, 0.0], [-0.05, 0.1]])).requires_grad_()
+    out = algo.policy_loss(lp, mb, adv.advantages[idx])
+    out.loss.backward()
+    assert torch.isfinite(out.loss) and torch.isfinite(lp.grad).all()
+    assert lp.grad[0, 1].item() == 0.0  # masked token gets no gradient
+    assert out.metrics["valid_tokens"] == 3.0
+    if algo.needs_critic:
+        v = torch.tensor([0.5, 0.3, 9.0], requires_grad=True)
+        vl = algo.value_loss(v, b, adv.returns)
+        vl.loss.backward()
+        assert v.grad[2].item() == 0.0  # the step without action tokens is not in the value loss
+        assert vl.loss.item() > 0
