@@ -1,0 +1,28 @@
+"""Registers the ``alfworld`` env, the ``alfworld`` dataset loader and the ``alfworld_won`` reward.
+
+Factories are lazy ``"module:attr"`` strings: listing plugins imports neither textworld nor alfworld.
+"""
+
+from __future__ import annotations
+
+from agentr1_core.hookspecs import hookimpl
+from agentr1_core.specs import DatasetSpec, EnvSpec, RewardSpec
+
+PKG = "agentr1_env_alfworld"
+
+
+@hookimpl
+def agentr1_envs():
+    return [EnvSpec("alfworld", f"{PKG}.env:AlfworldEnv",
+                    "ALFWorld text games (TextWorld PDDL) in a pool of game processes; plain-command actions")]
+
+
+@hookimpl
+def agentr1_datasets():
+    return [DatasetSpec("alfworld", f"{PKG}.datasets:load_alfworld",
+                        "ALFWorld game files under $ALFWORLD_DATA/json_2.1.1/<split>; task type as data_source")]
+
+
+@hookimpl
+def agentr1_rewards():
+    return [RewardSpec("alfworld_won", f"{PKG}.rewards:AlfworldWon", "1 if the ALFWorld goal was reached")]
