@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from agentr1_core.config import load_config
 from agentr1_core.plugins import configure_registry
 from agentr1_core.runner import check_components
@@ -13,6 +15,7 @@ from conftest import DATA
 RECIPE = Path(__file__).resolve().parents[3] / "configs" / "alfworld.yaml"
 
 
+@pytest.mark.slow
 def test_recipe_validates_and_its_rows_load(monkeypatch):
     monkeypatch.setenv("ALFWORLD_DATA", str(DATA))
     cfg = load_config(str(RECIPE), ["data.train.split=valid_seen"])
