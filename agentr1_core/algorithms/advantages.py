@@ -68,7 +68,7 @@ def grpo_step_advantages(rewards: torch.Tensor, layout: TrajLayout, norm_by_std:
                          eps: float) -> tuple[torch.Tensor, dict[str, float]]:
     """Per-step GRPO advantage: the group-normalised trajectory return of the step's trajectory."""
     ret = trajectory_returns(rewards, layout)
-    adv, alone = group_normalize(ret, layout.traj_group, layout.num_groups, norm_by_std, eps)
+    adv, _ = group_normalize(ret, layout.traj_group, layout.num_groups, norm_by_std, eps)
     _, std, count = segment_stats(ret, layout.traj_group, layout.num_groups)
     flat = ((std == 0) & (count > 1)).sum().item()
     metrics = {

@@ -24,10 +24,10 @@ import torch
 
 from agentr1_core.algorithms.advantages import finish, layout_of
 from agentr1_core.algorithms.base import AdvantageOutput, StepBatch
-from agentr1_core.algorithms.segments import STAT_DTYPE, finite_or_zero, tokens_per_step, whiten
+from agentr1_core.algorithms.segments import STAT_DTYPE, TrajLayout, finite_or_zero, tokens_per_step, whiten
 
 
-def next_values(batch: StepBatch, values: torch.Tensor, layout) -> torch.Tensor:
+def next_values(batch: StepBatch, values: torch.Tensor, layout: TrajLayout) -> torch.Tensor:
     """``V_{t+1}`` per step as defined in the module docstring (float64 ``[S]``)."""
     grid = layout.to_grid(values)
     present = layout.to_grid(torch.ones_like(values))
