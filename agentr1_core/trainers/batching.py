@@ -1,0 +1,150 @@
+"""Trajectories -> per-step training rows -> ``StepBatch`` and padded model inputs.
+
+One row per step: the input is the step's ``prompt_ids + response_ids`` exactly as the engine saw and produced them
+(nothing is decoded or re-encoded), the loss covers only the response tokens (the prompt is masked out), and the
+engine's sampling log-probs become ``old_logprobs``. Non-finite engine log-probs are kept as they are (the algorithm
+masks those tokens) and counted. The last step of an episode that ended neither ``done`` nor ``truncated`` is marked
+truncated, so that bootstrapping estimators never read past the end of an episode.
+
+Model inputs are left-padded: every row then ends at the last column, so the response tokens of all rows sit in the
+last ``max_response_len`` columns and one ``logits_to_keep`` covers them (see ``forward.py``).
+
+This module does no model computation.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+
+from agentr1_core.algorithms.base import StepBatch
+from agentr1_core.mdp import Trajectory
+
+
+@dataclass
+class StepRow:
+    """One training row: one step of one episode."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    old_logprobs: list[float]
+    traj: int  # index of the trajectory in the rollout
+    group: int  # index of the prompt group
+    step_index: int
+    reward: float
+    done: bool
+    truncated: bool
+    anchor: str | None = None
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_ids) + len(self.response_ids)
+
+
+@dataclass
+class StepRows:
+    rows: list[StepRow]
+    traj_uids: list[str] = field(default_factory=list)
+    group_keys: list[str] = field(default_factory=list)
+    nonfinite_logprob_steps: int = 0
+    empty_trajectories: int = 0
+
+
+def trajectories_to_rows(trajectories: Sequence[Trajectory]) -> StepRows:
+    """Flatten trajectories into step rows, in trajectory order then step order."""
+    out = StepRows(rows=[])
+    groups: dict[str, int] = {}
+    for t_idx, traj in enumerate(trajectories):
+        out.traj_uids.append(traj.uid or str(t_idx))
+        key = traj.group_id or traj.uid or str(t_idx)
+        if key not in groups:
+            groups[key] = len(groups)
+            out.group_keys.append(key)
+        if not traj.steps:
+            out.empty_trajectories += 1
+            continue
+        last = len(traj.steps) - 1
+        for s_idx, step in enumerate(traj.steps):
+            if len(step.response_ids) != len(step.response_logprobs):
+                raise ValueError(f"trajectory {traj.uid!r} step {s_idx}: {len(step.response_ids)} response ids "
+                                 f"but {len(step.response_logprobs)} log-probs")
+            if not all(math.isfinite(x) for x in step.response_logprobs):
+                out.nonfinite_logprob_steps += 1
+            truncated = bool(step.truncated) or (s_idx == last and not step.done)
+            out.rows.append(StepRow(
+                prompt_ids=list(step.prompt_ids), response_ids=list(step.response_ids),
+                old_logprobs=[float(x) for x in step.response_logprobs], traj=t_idx, group=groups[key],
+                step_index=s_idx, reward=float(step.reward), done=bool(step.done) and not truncated,
+                truncated=truncated, anchor=step.anchor))
+    return out
+
+
+def max_response_len(rows: Sequence[StepRow]) -> int:
+    return max([len(r.response_ids) for r in rows] + [1])
+
+
+def build_step_batch(rows: Sequence[StepRow], width: int | None = None) -> StepBatch:
+    """The ``StepBatch`` of ``rows``: per-step tensors ``[S]`` and per-token tensors ``[S, T]`` (right-padded)."""
+    width = width or max_response_len(rows)
+    s = len(rows)
+    mask = torch.zeros(s, width)
+    old = torch.zeros(s, width)
+    for i, r in enumerate(rows):
+        n = len(r.response_ids)
+        if n > width:
+            raise ValueError(f"row {i} has {n} response tokens, more than the batch width {width}")
+        mask[i, :n] = 1.0
+        old[i, :n] = torch.tensor(r.old_logprobs, dtype=torch.float32) if n else old[i, :0]
+    anchors = [r.anchor for r in rows]
+    return StepBatch(
+        traj_ids=torch.tensor([r.traj for r in rows], dtype=torch.long),
+        group_ids=torch.tensor([r.group for r in rows], dtype=torch.long),
+        step_index=torch.tensor([r.step_index for r in rows], dtype=torch.long),
+        rewards=torch.tensor([r.reward for r in rows], dtype=torch.float32),
+        dones=torch.tensor([r.done for r in rows], dtype=torch.bool),
+        truncated=torch.tensor([r.truncated for r in rows], dtype=torch.bool),
+        action_mask=mask,
+        old_logprobs=old,
+        anchors=anchors if any(a is not None for a in anchors) else None,
+    )
+
+
+@dataclass
+class ModelInputs:
+    """Left-padded inputs of a set of rows. ``keep`` = logits to keep (``max response length + 1``)."""
+
+    input_ids: torch.Tensor  # [B, L]
+    attention_mask: torch.Tensor  # [B, L]
+    position_ids: torch.Tensor  # [B, L]
+    response_lens: torch.Tensor  # [B]
+    keep: int
+
+    def to(self, device: Any) -> "ModelInputs":
+        return ModelInputs(self.input_ids.to(device), self.attention_mask.to(device), self.position_ids.to(device),
+                           self.response_lens.to(device), self.keep)
+
+
+def collate(rows: Sequence[StepRow], pad_id: int) -> ModelInputs:
+    """Left-pad ``prompt_ids + response_ids`` of every row to the longest one."""
+    seqs = [r.prompt_ids + r.response_ids for r in rows]
+    length = max(len(x) for x in seqs)
+    ids = torch.full((len(rows), length), int(pad_id), dtype=torch.long)
+    attn = torch.zeros(len(rows), length, dtype=torch.long)
+    pos = torch.zeros(len(rows), length, dtype=torch.long)
+    for i, seq in enumerate(seqs):
+        n = len(seq)
+        ids[i, length - n:] = torch.tensor(seq, dtype=torch.long)
+        attn[i, length - n:] = 1
+        pos[i, length - n:] = torch.arange(n)
+    resp = torch.tensor([len(r.response_ids) for r in rows], dtype=torch.long)
+    return ModelInputs(ids, attn, pos, resp, keep=int(resp.max().clamp(min=1).item()) + 1)
+
+
+def micro_batches(indices: Sequence[int], rows: Sequence[StepRow], size: int) -> list[list[int]]:
+    """Split ``indices`` into chunks of ``size`` rows, after sorting by length so that padding stays small."""
+    size = max(1, int(size))
+    order = sorted(indices, key=lambda i: rows[i].num_tokens)
+    return [order[k:k + size] for k in range(0, len(order), size)]

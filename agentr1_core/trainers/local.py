@@ -1,0 +1,393 @@
+"""The local trainer (plugin name ``local``): one process, CPU or one GPU, a ``transformers`` model.
+
+``LocalTrainer(config, registry).fit()`` loads the model and tokenizer, builds the engine (sharing the module, so
+optimizer updates are seen by the next generation), the env/flow/reward/algorithm and the datasets, then runs the
+configured ``stages``:
+
+* ``sft``: expert trajectories (``FlowContext.policy = "expert"``) through the same flow, cross-entropy on the
+  response tokens of every step, ``sft.epochs`` passes; validation before and after.
+* ``rl``: per iteration rollout -> rewards (the flow applies the reward function) -> ``compute_advantages`` ->
+  policy (+ critic) update -> metrics; validation every ``validation.every`` iterations and at the end.
+
+Options: LoRA through ``peft`` (``model.lora.enabled``), training only the top ``trainer.train_layers`` blocks, a
+frozen reference for the KL term (``trainer.ref_model`` or an algorithm with ``kl_coef > 0``), a value head on the
+policy trunk for algorithms that need a critic. Old log-probs are recomputed with the current weights when one
+rollout feeds several optimizer steps (``update_epochs > 1`` or ``mini_batches > 1``).
+
+Seams for run management: ``callbacks`` (objects with ``on_iteration_end(trainer, metrics)``), ``state_dict()`` /
+``load_state_dict()`` (model, optimizer, RNG, data position, iteration). Checkpoint files and resume are not done
+here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import functools
+import inspect
+import json
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import OmegaConf
+
+from agentr1_core.config import component
+from agentr1_core.flows import FlowContext
+from agentr1_core.rollout.base import SamplingParams
+from agentr1_core.rollout.driver import rollout_async
+from agentr1_core.trainers.batching import build_step_batch, trajectories_to_rows
+from agentr1_core.trainers.metrics import (
+    MetricsWriter, console_line, peak_rss_mb, rollout_metrics, validation_metrics,
+)
+from agentr1_core.trainers.update import Policy, policy_update, score_batch, sft_update
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed % (2 ** 32))
+    except ImportError:
+        pass
+
+
+def decoder_layers(model: Any) -> Any:
+    """The list of transformer blocks of a causal LM (``model.model.layers`` for Llama-like models)."""
+    base = model.get_decoder() if hasattr(model, "get_decoder") else getattr(model, "model", model)
+    layers = getattr(base, "layers", None)
+    if layers is None:
+        raise ValueError("trainer.train_layers needs a model with decoder blocks at model.model.layers")
+    return layers
+
+
+def freeze_below_top(model: Any, top: int) -> None:
+    """Train only the top ``top`` blocks (+ final norm): embeddings and lower blocks get ``requires_grad=False``,
+    so backpropagation stops at the lowest trained block."""
+    layers = decoder_layers(model)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for layer in list(layers)[-top:]:
+        for p in layer.parameters():
+            p.requires_grad_(True)
+    norm = getattr(model.get_decoder(), "norm", None) if hasattr(model, "get_decoder") else None
+    if norm is not None:
+        for p in norm.parameters():
+            p.requires_grad_(True)
+
+
+class LocalTrainer:
+    def __init__(self, config: Any, registry: Any, callbacks: list[Any] | None = None) -> None:
+        self.cfg = config
+        self.registry = registry
+        self.callbacks = list(callbacks or [])
+        self.iteration = 0
+        self.data_epoch = 0
+        self.data_cursor = 0
+        self.data_rng = random.Random(int(config.seed))
+        self.history: dict[str, Any] = {}
+        self._setup_done = False
+
+    # -- setup ------------------------------------------------------------------------------------------------------
+    def setup(self) -> None:
+        if self._setup_done:
+            return
+        cfg = self.cfg
+        if int(cfg.trainer.threads) > 0:
+            torch.set_num_threads(int(cfg.trainer.threads))
+        seed_everything(int(cfg.seed))
+        self.run_dir = Path(cfg.run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.writer = MetricsWriter(self.run_dir)
+        self.loop = asyncio.new_event_loop()
+        self._build_data()
+        self._build_components()
+        self._build_model()
+        self._setup_done = True
+
+    def _build_data(self) -> None:
+        name, params = component(self.cfg, "data.train")
+        self.train_rows = list(self.registry.build("dataset", name, params, where="data.train"))
+        if not self.train_rows:
+            raise ValueError("data.train produced no rows")
+        self.val_rows: list[dict[str, Any]] = []
+        if OmegaConf.select(self.cfg, "data.val") is not None:
+            name, params = component(self.cfg, "data.val")
+            self.val_rows = list(self.registry.build("dataset", name, params, where="data.val"))
+        limit = int(self.cfg.validation.max_rows)
+        if limit > 0:
+            self.val_rows = self.val_rows[:limit]
+        self.order = list(range(len(self.train_rows)))
+        self.data_rng.shuffle(self.order)
+
+    def _build_components(self) -> None:
+        cfg = self.cfg
+        self.env_config = OmegaConf.to_container(cfg.env, resolve=True)
+        self.flow_name, self.flow_params = component(cfg, "agent_flow")
+        self.reward_fn = None
+        if OmegaConf.select(cfg, "reward") is not None:
+            name, params = component(cfg, "reward")
+            factory = self.registry.load("reward", name)
+            if inspect.isclass(factory):
+                self.reward_fn = self.registry.build("reward", name, params, where="reward")
+            else:
+                self.reward_fn = functools.partial(factory, **params)
+        name, params = component(cfg, "algorithm")
+        self.algorithm = self.registry.build("algorithm", name, params, where="algorithm")
+        ro = cfg.rollout
+        self.sampling = SamplingParams(temperature=float(ro.temperature), top_p=float(ro.top_p), top_k=int(ro.top_k),
+                                       max_new_tokens=int(ro.max_new_tokens), stop=list(ro.stop))
+        self.val_sampling = SamplingParams(temperature=float(cfg.validation.temperature), top_p=1.0, top_k=0,
+                                           max_new_tokens=int(ro.max_new_tokens), stop=list(ro.stop))
+
+    def _build_model(self) -> None:
+        from agentr1_core.models import load_model_and_tokenizer
+
+        cfg, tr = self.cfg, self.cfg.trainer
+        self.device = resolve_device(str(cfg.model.device))
+        t0 = time.perf_counter()
+        model, tokenizer = load_model_and_tokenizer(str(cfg.model.path), dtype=str(cfg.model.dtype), device=self.device)
+        self.model_load_seconds = time.perf_counter() - t0
+        self.tokenizer = tokenizer
+        use_ref = bool(tr.ref_model) or bool(getattr(self.algorithm, "needs_reference", False))
+        ref_model, ref_context = None, None
+        if cfg.model.lora.enabled:
+            from peft import LoraConfig, get_peft_model
+
+            lcfg = cfg.model.lora
+            layers = None
+            if int(tr.train_layers) > 0:
+                n = len(decoder_layers(model))
+                layers = list(range(max(0, n - int(tr.train_layers)), n))
+            peft_cfg = LoraConfig(r=int(lcfg.r), lora_alpha=int(lcfg.alpha), lora_dropout=float(lcfg.dropout),
+                                  target_modules=list(lcfg.target_modules), layers_to_transform=layers,
+                                  task_type="CAUSAL_LM")
+            policy_model = get_peft_model(model, peft_cfg)
+            engine_model = policy_model.get_base_model()  # LoRA layers are injected in place
+            if use_ref:
+                ref_context = policy_model.disable_adapter
+        else:
+            if int(tr.train_layers) > 0:
+                freeze_below_top(model, int(tr.train_layers))
+            policy_model = engine_model = model
+            if use_ref:
+                ref_model = copy.deepcopy(model).eval()
+                for p in ref_model.parameters():
+                    p.requires_grad_(False)
+        value_head = None
+        if self.algorithm.needs_critic:
+            value_head = torch.nn.Linear(model.config.hidden_size, 1).to(self.device)
+            torch.nn.init.zeros_(value_head.weight)
+            torch.nn.init.zeros_(value_head.bias)
+        trainable = [p for p in policy_model.parameters() if p.requires_grad]
+        groups = [{"params": trainable, "lr": float(tr.lr)}]
+        if value_head is not None:
+            groups.append({"params": list(value_head.parameters()), "lr": float(tr.critic_lr)})
+        self.optimizer = torch.optim.AdamW(groups, lr=float(tr.lr), betas=tuple(float(b) for b in tr.betas),
+                                           weight_decay=float(tr.weight_decay))
+        warmup = int(tr.warmup_steps)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup > 0 else 1.0)
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.policy = Policy(model=policy_model, pad_id=int(pad_id), device=self.device, value_head=value_head,
+                             ref_model=ref_model, ref_context=ref_context,
+                             params=trainable + (list(value_head.parameters()) if value_head is not None else []))
+        self.policy.model.eval()
+        name, params = component(cfg, "engine")
+        spec_params = self.registry.get("engine", name).parameters()
+        if "device" in spec_params and "device" not in params:
+            params["device"] = self.device
+        if "seed" in spec_params and "seed" not in params:
+            params["seed"] = int(cfg.seed)
+        self.engine = self.registry.build("engine", name, params, where="engine", model=engine_model,
+                                          tokenizer=tokenizer)
+        self.trainable_params = sum(p.numel() for p in trainable)
+
+    # -- rollouts ---------------------------------------------------------------------------------------------------
+    def make_flow_factory(self, sampling: SamplingParams, policy: str = "model"):
+        ctx = FlowContext(engine=self.engine, tokenizer=self.tokenizer, sampling=sampling,
+                          env_config=dict(self.env_config), reward_fn=self.reward_fn,
+                          max_turns=int(self.cfg.rollout.max_turns),
+                          max_prompt_tokens=int(self.cfg.rollout.max_prompt_tokens), policy=policy)
+        return lambda: self.registry.build("agent_flow", self.flow_name, self.flow_params, where="agent_flow", ctx=ctx)
+
+    def rollout(self, rows: list[dict[str, Any]], n: int, sampling: SamplingParams, policy: str = "model",
+                desc: str = "rollout", prefix: str = ""):
+        self.policy.model.eval()
+        t0 = time.perf_counter()
+        trajs = self.loop.run_until_complete(rollout_async(
+            rows, n, self.make_flow_factory(sampling, policy), group_prefix=prefix, desc=desc))
+        return trajs, time.perf_counter() - t0
+
+    def next_rows(self, count: int) -> list[dict[str, Any]]:
+        """The next ``count`` training rows; reshuffles at each epoch boundary."""
+        out = []
+        while len(out) < count:
+            if self.data_cursor >= len(self.order):
+                self.data_epoch += 1
+                self.data_cursor = 0
+                self.data_rng.shuffle(self.order)
+            out.append(self.train_rows[self.order[self.data_cursor]])
+            self.data_cursor += 1
+        return out
+
+    def validate(self, label: str) -> dict[str, Any] | None:
+        if not self.val_rows:
+            return None
+        trajs, seconds = self.rollout(self.val_rows, int(self.cfg.validation.n), self.val_sampling,
+                                      desc=f"validate ({label})", prefix=f"val-{label}-")
+        result = validation_metrics(trajs)
+        result.update(label=label, seconds=seconds, iteration=self.iteration)
+        self.history.setdefault("validation", {})[label] = result
+        self.writer.write({"event": "validation", **result})
+        by = ", ".join(f"{k} {v['success_rate']:.3f}" for k, v in result["by_source"].items())
+        print(f"[validation {label}] success {result['success_rate']:.3f} reward {result['reward_mean']:.3f} "
+              f"on {result['cases']} cases ({by}) in {seconds:.0f}s", flush=True)
+        return result
+
+    # -- stages -----------------------------------------------------------------------------------------------------
+    def run_sft(self) -> dict[str, Any]:
+        sft = self.cfg.sft
+        rows = self.next_rows(min(int(sft.rows), len(self.train_rows)))
+        trajs, seconds = self.rollout(rows, 1, self.sampling, policy="expert", desc="expert rollouts",
+                                      prefix="sft-")
+        steps = trajectories_to_rows(trajs)
+        for group in self.optimizer.param_groups[:1]:
+            group["lr"] = float(sft.lr)
+        gen = torch.Generator().manual_seed(int(self.cfg.seed))
+        metrics = sft_update(self.policy, self.optimizer, steps.rows, epochs=int(sft.epochs),
+                             batch_size=int(sft.batch_size), micro_batch_size=int(self.cfg.trainer.micro_batch_size),
+                             max_grad_norm=float(self.cfg.trainer.max_grad_norm), generator=gen)
+        for group in self.optimizer.param_groups[:1]:
+            group["lr"] = float(self.cfg.trainer.lr)
+        self.optimizer.state.clear()  # fresh moments for RL
+        self.engine.sync_weights()
+        expert = rollout_metrics(trajs, seconds)
+        record = {"event": "sft", "expert_episodes": len(trajs), "expert_success_rate": expert["success_rate"],
+                  "sft_steps": len(steps.rows), **metrics}
+        self.writer.write(record)
+        print(f"[sft] {len(trajs)} expert episodes (success {expert['success_rate']:.2f}), {len(steps.rows)} steps, "
+              f"{metrics['optimizer_steps']} updates, nll {metrics.get('sft_nll', float('nan')):.3f}, "
+              f"{metrics['update_tok_s']:.0f} tok/s", flush=True)
+        self.history["sft"] = record
+        return record
+
+    def train_iteration(self) -> dict[str, Any]:
+        cfg, tr = self.cfg, self.cfg.trainer
+        t0 = time.perf_counter()
+        self.iteration += 1
+        rows = self.next_rows(int(cfg.rollout.batch_size))
+        trajs, seconds = self.rollout(rows, int(cfg.rollout.n), self.sampling, desc=f"rollout {self.iteration}",
+                                      prefix=f"it{self.iteration}-")
+        metrics: dict[str, Any] = {"iteration": self.iteration, **rollout_metrics(trajs, seconds)}
+        steps = trajectories_to_rows(trajs)
+        metrics.update(train_steps=len(steps.rows), nonfinite_logprob_steps=steps.nonfinite_logprob_steps)
+        if steps.rows:
+            batch = build_step_batch(steps.rows)
+            recompute = int(tr.update_epochs) > 1 or int(tr.mini_batches) > 1
+            need_ref = self.policy.ref_model is not None or self.policy.ref_context is not None
+            metrics.update(score_batch(self.policy, steps.rows, batch, int(tr.micro_batch_size),
+                                       float(cfg.rollout.temperature), recompute, need_ref,
+                                       self.policy.value_head is not None))
+            adv = self.algorithm.compute_advantages(batch)
+            metrics.update({f"adv/{k}": v for k, v in adv.metrics.items()})
+            gen = torch.Generator().manual_seed(int(cfg.seed) * 100003 + self.iteration)
+            metrics.update(policy_update(
+                self.policy, self.algorithm, self.optimizer, steps.rows, batch, adv.advantages, adv.returns,
+                int(tr.micro_batch_size), int(tr.mini_batches), int(tr.update_epochs),
+                float(cfg.rollout.temperature), float(tr.max_grad_norm), float(tr.value_coef), self.scheduler, gen))
+            self.engine.sync_weights()
+        every = int(cfg.validation.every)
+        if every > 0 and self.iteration % every == 0 and self.iteration < int(tr.total_steps):
+            metrics["validation"] = self.validate(f"iter{self.iteration}")
+        metrics["iteration_seconds"] = time.perf_counter() - t0
+        metrics["peak_rss_mb"] = peak_rss_mb()
+        self.writer.write(metrics)
+        print(console_line(metrics, int(tr.total_steps)), flush=True)
+        for cb in self.callbacks:
+            cb.on_iteration_end(self, metrics)
+        return metrics
+
+    def fit(self) -> dict[str, Any]:
+        start = time.perf_counter()
+        self.setup()
+        stages = [str(s) for s in self.cfg.stages]
+        unknown = [s for s in stages if s not in ("sft", "rl")]
+        if unknown:
+            raise ValueError(f"unknown stage {unknown[0]!r}; valid: sft, rl")
+        print(f"[setup] model {self.cfg.model.path} on {self.device} ({self.trainable_params / 1e6:.1f}M trainable "
+              f"params, loaded in {self.model_load_seconds:.1f}s); {len(self.train_rows)} train rows, "
+              f"{len(self.val_rows)} validation rows; stages {stages}", flush=True)
+        if self.iteration == 0:
+            self.validate("before_sft" if "sft" in stages else "before_rl")
+        if "sft" in stages and "sft" not in self.history:
+            self.run_sft()
+            self.validate("after_sft")
+        if "rl" in stages:
+            while self.iteration < int(self.cfg.trainer.total_steps):
+                self.train_iteration()
+            self.validate("after_rl")
+        self.history.update(wall_seconds=time.perf_counter() - start, peak_rss_mb=peak_rss_mb(),
+                            iterations=self.iteration, seed=int(self.cfg.seed))
+        summary = {k: v for k, v in self.history.items()}
+        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str), encoding="utf-8")
+        val = summary.get("validation", {})
+        line = ", ".join(f"{k} {v['success_rate']:.3f}" for k, v in val.items())
+        print(f"[done] {self.iteration} iterations in {summary['wall_seconds']:.0f}s, peak RSS "
+              f"{summary['peak_rss_mb']:.0f} MiB; held-out success: {line}", flush=True)
+        self.close()
+        return summary
+
+    def close(self) -> None:
+        engine = getattr(self, "engine", None)
+        if engine is not None:
+            engine.close()
+        loop = getattr(self, "loop", None)
+        if loop is not None and not loop.is_closed():
+            loop.close()
+
+    # -- state ------------------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        trainable = {n: p.detach().clone() for n, p in self.policy.model.named_parameters() if p.requires_grad}
+        return {
+            "model": trainable,
+            "value_head": self.policy.value_head.state_dict() if self.policy.value_head is not None else None,
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "rng": {"python": random.getstate(), "torch": torch.get_rng_state(), "data": self.data_rng.getstate()},
+            "data": {"epoch": self.data_epoch, "cursor": self.data_cursor, "order": list(self.order)},
+            "iteration": self.iteration,
+            "history": copy.deepcopy(self.history),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.setup()
+        params = dict(self.policy.model.named_parameters())
+        missing = [n for n in state["model"] if n not in params]
+        if missing:
+            raise KeyError(f"checkpoint has parameters the model lacks: {missing[:3]}")
+        with torch.no_grad():
+            for n, value in state["model"].items():
+                params[n].copy_(value)
+        if state.get("value_head") is not None and self.policy.value_head is not None:
+            self.policy.value_head.load_state_dict(state["value_head"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        random.setstate(state["rng"]["python"])
+        torch.set_rng_state(state["rng"]["torch"])
+        self.data_rng.setstate(state["rng"]["data"])
+        self.data_epoch, self.data_cursor = state["data"]["epoch"], state["data"]["cursor"]
+        self.order = list(state["data"]["order"])
+        self.iteration = int(state["iteration"])
+        self.history = copy.deepcopy(state.get("history", {}))
+        self.engine.sync_weights()
