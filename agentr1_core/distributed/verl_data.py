@@ -1,0 +1,167 @@
+"""Pure conversions between agentr1's step rows and verl's data/config layout (no verl import here).
+
+``step_rows_to_verl(rows, ...)`` lays out one row per step the way verl's actor update reads a batch: prompts
+left-padded to ``P`` columns, responses right-padded to ``R`` columns, ``input_ids = [prompts | responses]``,
+``attention_mask`` 1 on real tokens, ``position_ids`` counting real tokens from 0, ``response_mask`` 1 on response
+tokens, and per-response-token ``old_log_probs`` / ``advantages`` / ``returns`` / ``token_level_rewards``
+(``ref_log_prob`` when given). Token ids are copied as they are. Non-tensor columns carry the GRPO group (``uid``),
+the trajectory uid and the step index; ``meta_info`` carries the update settings. ``to_dataproto`` wraps the result
+in ``verl.DataProto`` (that one needs verl).
+
+``verl_config(cfg, algorithm_name, algorithm_params)`` maps an agentr1 run config onto verl's
+``actor_rollout_ref`` / ``critic`` / ``trainer`` keys (verl 0.9 names); anything verl-specific can be set through
+``trainer.params.verl`` (a nested dict merged last).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+KL_ESTIMATORS = {"k1": "kl", "k2": "mse", "k3": "low_var_kl"}
+LOSS_MODES = {"ppo": "vanilla", "gspo": "gspo"}
+
+
+def step_rows_to_verl(rows: Sequence[Any], advantages: torch.Tensor, returns: torch.Tensor | None, pad_id: int,
+                      group_keys: Sequence[str] = (), traj_uids: Sequence[str] = (),
+                      old_logprobs: torch.Tensor | None = None, ref_logprobs: torch.Tensor | None = None,
+                      meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``{"batch": {name: tensor}, "non_tensor_batch": {name: np.ndarray}, "meta_info": {...}}``.
+
+    ``rows`` are ``StepRow``-like (``prompt_ids``, ``response_ids``, ``old_logprobs``, ``reward``, ``group``,
+    ``traj``, ``step_index``); ``advantages`` is ``[S, T]`` right-padded (``T >= longest response``), ``returns``
+    ``[S]`` per step. ``old_logprobs`` (``[S, T]``) replaces the rows' engine log-probs when given.
+    """
+    if not rows:
+        raise ValueError("step_rows_to_verl needs at least one row")
+    s = len(rows)
+    p = max(len(r.prompt_ids) for r in rows)
+    r_len = max(max(len(r.response_ids) for r in rows), 1)
+    if advantages.shape[0] != s or advantages.shape[1] < max(len(r.response_ids) for r in rows):
+        raise ValueError(f"advantages shape {tuple(advantages.shape)} does not cover {s} rows x "
+                         f"{r_len} response tokens")
+    prompts = torch.full((s, p), int(pad_id), dtype=torch.long)
+    responses = torch.full((s, r_len), int(pad_id), dtype=torch.long)
+    prompt_mask = torch.zeros((s, p), dtype=torch.long)
+    response_mask = torch.zeros((s, r_len), dtype=torch.long)
+    old = torch.zeros((s, r_len), dtype=torch.float32)
+    adv = torch.zeros((s, r_len), dtype=torch.float32)
+    ret = torch.zeros((s, r_len), dtype=torch.float32)
+    rewards = torch.zeros((s, r_len), dtype=torch.float32)
+    ref = torch.zeros((s, r_len), dtype=torch.float32) if ref_logprobs is not None else None
+    for i, row in enumerate(rows):
+        n_p, n_r = len(row.prompt_ids), len(row.response_ids)
+        if n_p:
+            prompts[i, p - n_p:] = torch.tensor(row.prompt_ids, dtype=torch.long)
+            prompt_mask[i, p - n_p:] = 1
+        if n_r:
+            responses[i, :n_r] = torch.tensor(row.response_ids, dtype=torch.long)
+            response_mask[i, :n_r] = 1
+            src = old_logprobs[i, :n_r] if old_logprobs is not None else torch.tensor(row.old_logprobs)
+            old[i, :n_r] = src.float()
+            adv[i, :n_r] = advantages[i, :n_r].float()
+            if returns is not None:
+                ret[i, :n_r] = float(returns[i])
+            rewards[i, n_r - 1] = float(row.reward)
+            if ref is not None:
+                ref[i, :n_r] = ref_logprobs[i, :n_r].float()
+    attention_mask = torch.cat([prompt_mask, response_mask], dim=1)
+    position_ids = (torch.cumsum(attention_mask, dim=1) - 1).clamp(min=0)
+    batch = {
+        "prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses], dim=1),
+        "attention_mask": attention_mask, "position_ids": position_ids, "response_mask": response_mask,
+        "old_log_probs": old, "advantages": adv, "returns": ret, "token_level_rewards": rewards,
+    }
+    if ref is not None:
+        batch["ref_log_prob"] = ref
+    keys = list(group_keys)
+    uids = list(traj_uids)
+    non_tensor = {
+        "uid": np.array([keys[r.group] if r.group < len(keys) else str(r.group) for r in rows], dtype=object),
+        "traj_uid": np.array([uids[r.traj] if r.traj < len(uids) else str(r.traj) for r in rows], dtype=object),
+        "step_index": np.array([int(r.step_index) for r in rows], dtype=np.int64),
+    }
+    meta_info = {"global_token_num": attention_mask.sum(dim=1).tolist(), **(meta or {})}
+    return {"batch": batch, "non_tensor_batch": non_tensor, "meta_info": meta_info}
+
+
+def to_dataproto(layout: dict[str, Any]) -> Any:
+    """Wrap ``step_rows_to_verl`` output in ``verl.DataProto`` (requires verl)."""
+    from verl import DataProto
+
+    return DataProto.from_dict(tensors=layout["batch"], non_tensors=layout["non_tensor_batch"],
+                               meta_info=layout["meta_info"])
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in (extra or {}).items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def verl_config(cfg: Any, algorithm_params: dict[str, Any], needs_critic: bool, n_gpus: int = 1,
+                nnodes: int = 1, model_path: str | None = None) -> dict[str, Any]:
+    """verl 0.9 ``actor_rollout_ref`` / ``critic`` / ``trainer`` settings for an agentr1 run config."""
+    tr, ro, lora = cfg.trainer, cfg.rollout, cfg.model.lora
+    path = model_path or str(cfg.model.path)
+    loss_type = str(algorithm_params.get("loss_type", "ppo"))
+    if loss_type not in LOSS_MODES:
+        raise ValueError(f"algorithm loss_type {loss_type!r} has no verl equivalent; valid with trainer verl: "
+                         f"{', '.join(sorted(LOSS_MODES))}")
+    clip = float(algorithm_params.get("clip_ratio", 0.2))
+    kl_coef = float(algorithm_params.get("kl_coef", 0.0))
+    micro = int(tr.micro_batch_size)
+    steps_per_rollout = int(ro.batch_size) * int(ro.n)  # at least one step per episode
+    actor = {
+        "strategy": "fsdp",
+        "ppo_mini_batch_size": max(1, steps_per_rollout // max(1, int(tr.mini_batches))),
+        "ppo_micro_batch_size_per_gpu": micro,
+        "ppo_epochs": int(tr.update_epochs),
+        "use_dynamic_bsz": False,
+        "grad_clip": float(tr.max_grad_norm),
+        "clip_ratio": clip,
+        "clip_ratio_low": float(algorithm_params.get("clip_ratio_low") or clip),
+        "clip_ratio_high": float(algorithm_params.get("clip_ratio_high") or clip),
+        "clip_ratio_c": float(algorithm_params.get("clip_ratio_c") or 3.0),
+        "loss_agg_mode": str(algorithm_params.get("loss_agg", "token-mean")),
+        "policy_loss": {"loss_mode": LOSS_MODES[loss_type]},
+        "entropy_coeff": float(algorithm_params.get("entropy_coef", 0.0)),
+        "use_kl_loss": kl_coef > 0 or bool(tr.ref_model),
+        "kl_loss_coef": kl_coef,
+        "kl_loss_type": KL_ESTIMATORS.get(str(algorithm_params.get("kl_estimator", "k3")), "low_var_kl"),
+        "optim": {"lr": float(tr.lr), "weight_decay": float(tr.weight_decay),
+                  "betas": [float(b) for b in tr.betas], "lr_warmup_steps": int(tr.warmup_steps),
+                  "total_training_steps": int(tr.total_steps)},
+        "fsdp_config": {"param_offload": False, "optimizer_offload": False},
+        "checkpoint": {"save_contents": ["model", "optimizer", "extra", "hf_model"]},
+    }
+    model = {"path": path, "use_remove_padding": True, "enable_gradient_checkpointing": False,
+             "lora_rank": int(lora.r) if lora.enabled else 0, "lora_alpha": int(lora.alpha),
+             "target_modules": list(lora.target_modules)}
+    rollout = {"name": "vllm", "mode": "async", "temperature": float(ro.temperature), "top_p": float(ro.top_p),
+               "top_k": int(ro.top_k) if int(ro.top_k) > 0 else -1, "prompt_length": int(ro.max_prompt_tokens),
+               "response_length": int(ro.max_new_tokens), "n": int(ro.n),
+               "log_prob_micro_batch_size_per_gpu": micro, "log_prob_use_dynamic_bsz": False,
+               "tensor_model_parallel_size": 1}
+    out: dict[str, Any] = {
+        "actor_rollout_ref": {"model": model, "actor": actor, "rollout": rollout,
+                              "ref": {"log_prob_micro_batch_size_per_gpu": micro,
+                                      "fsdp_config": {"param_offload": True}}},
+        "trainer": {"n_gpus_per_node": int(n_gpus), "nnodes": int(nnodes), "total_training_steps":
+                    int(tr.total_steps)},
+    }
+    if needs_critic:
+        out["critic"] = {"strategy": "fsdp", "model": {"path": path}, "optim": {"lr": float(tr.critic_lr)},
+                         "ppo_micro_batch_size_per_gpu": micro, "ppo_mini_batch_size": actor["ppo_mini_batch_size"],
+                         "cliprange_value": float(algorithm_params.get("value_clip") or 0.5)}
+    params = tr.params if hasattr(tr, "params") else {}
+    extra = params.get("verl") if hasattr(params, "get") else None
+    if extra:
+        from omegaconf import OmegaConf
+
+        extra = OmegaConf.to_container(extra, resolve=True) if not isinstance(extra, dict) else extra
+        out = _merge(out, extra)
+    return out

@@ -1,0 +1,160 @@
+"""The rollout worker: one Ray actor with its own engine, running AgentFlows over the episodes it is handed.
+
+A worker is built from the run's config alone. It re-discovers plugins from entry points in its own process
+(``configure_registry`` with the run's allow/block lists): registrations made in the driver never reach it. It loads
+the model named by ``model.path``, builds the configured engine, reward function and agent flow, and then serves
+``run_episodes`` calls: a list of ``(row, group_id, uid)`` episodes, all run concurrently so that every ``generate``
+reaches the engine at once. Each call carries the trainer's latest weights as ``(version, [object ref])``; a worker
+whose version differs (a fresh one, or one restarted after a crash) applies them first with the engine's
+``sync_weights``.
+
+The class is plain Python; ``RolloutPool`` turns it into an async Ray actor, so ``progress`` answers while episodes
+run. ``crash_after(k)`` exists for failure drills: the process exits once ``k`` more episodes have finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import os
+import time
+from typing import Any
+
+from agentr1_core.rollout.base import SamplingParams
+
+
+class RolloutWorker:
+    def __init__(self, config: dict[str, Any], worker_index: int, threads: int = 1) -> None:
+        from omegaconf import OmegaConf
+
+        from agentr1_core.config import RunConfig, component
+        from agentr1_core.plugins import configure_registry
+
+        import torch
+
+        if threads > 0:
+            torch.set_num_threads(int(threads))
+        self.index = int(worker_index)
+        self.cfg = OmegaConf.merge(OmegaConf.structured(RunConfig), config)
+        self.registry = configure_registry(list(self.cfg.plugins.allow), list(self.cfg.plugins.block))
+        self.weights_version = 0
+        self.calls = 0
+        self._crash_after: int | None = None
+        self.finished_total = 0
+        self.progress_state = {"call": 0, "total": 0, "finished": 0}
+        t0 = time.perf_counter()
+        self._build(component)
+        self.load_seconds = time.perf_counter() - t0
+
+    def _build(self, component: Any) -> None:
+        from omegaconf import OmegaConf
+
+        cfg = self.cfg
+        name, params = component(cfg, "engine")
+        spec = self.registry.get("engine", name)
+        accepted = spec.parameters()
+        seed = int(cfg.seed) + 7919 * (self.index + 1) + (os.getpid() % 1000)  # distinct per worker and restart
+        if "seed" in accepted and "seed" not in params:
+            params["seed"] = seed
+        if "model_path" in accepted:
+            # engines that load their own weights (vLLM) get the model path instead of a torch module
+            self.engine = self.registry.build("engine", name, params, where="engine", model=None, tokenizer=None,
+                                              model_path=str(cfg.model.path))
+            self.tokenizer = self.engine.tokenizer
+        else:
+            from agentr1_core.models import load_model_and_tokenizer
+
+            device = str(cfg.model.device)
+            if device == "auto":
+                import torch
+
+                device = "cuda" if torch.cuda.is_available() else "cpu"
+            model, tokenizer = load_model_and_tokenizer(str(cfg.model.path), dtype=str(cfg.model.dtype),
+                                                        device=device)
+            model.eval()
+            for p in model.parameters():
+                p.requires_grad_(False)
+            if "device" in accepted and "device" not in params:
+                params["device"] = device
+            self.engine = self.registry.build("engine", name, params, where="engine", model=model,
+                                              tokenizer=tokenizer)
+            self.tokenizer = tokenizer
+        self.env_config = OmegaConf.to_container(cfg.env, resolve=True)
+        self.flow_name, self.flow_params = component(cfg, "agent_flow")
+        self.reward_fn = None
+        if OmegaConf.select(cfg, "reward") is not None:
+            rname, rparams = component(cfg, "reward")
+            factory = self.registry.load("reward", rname)
+            if inspect.isclass(factory):
+                self.reward_fn = self.registry.build("reward", rname, rparams, where="reward")
+            else:
+                self.reward_fn = functools.partial(factory, **rparams)
+
+    # -- calls -------------------------------------------------------------------------------------------------
+    def info(self) -> dict[str, Any]:
+        return {"index": self.index, "pid": os.getpid(), "weights_version": self.weights_version,
+                "load_seconds": self.load_seconds, "calls": self.calls}
+
+    def progress(self) -> dict[str, Any]:
+        return dict(self.progress_state, pid=os.getpid())
+
+    def crash_after(self, episodes: int) -> None:
+        """Failure drill: exit the process once ``episodes`` more episodes have finished (in any call)."""
+        self._crash_after = self.finished_total + int(episodes)
+
+    async def score(self, prompt_ids: list[int], continuation_ids: list[int],
+                    weights: tuple[int, list[Any]] | None = None) -> list[float]:
+        """The engine's log-probs of ``continuation_ids`` after ``prompt_ids`` (with the given weights applied)."""
+        if weights is not None:
+            await self.load_weights(*weights)
+        return list(await self.engine.score(list(prompt_ids), list(continuation_ids)))
+
+    async def load_weights(self, version: int, refs: list[Any]) -> float:
+        """Apply the trainer's weights ``refs[0]`` (an object ref or the dict itself); returns seconds spent."""
+        if version == self.weights_version or not refs:
+            return 0.0
+        from agentr1_core.distributed.weights import to_torch_state
+
+        t0 = time.perf_counter()
+        state = refs[0]
+        if not isinstance(state, dict):
+            state = await state  # an ObjectRef: fetched without blocking the actor's event loop
+        self.engine.sync_weights(to_torch_state(state))
+        self.weights_version = int(version)
+        return time.perf_counter() - t0
+
+    async def run_episodes(self, episodes: list[tuple[dict[str, Any], str, str]], sampling: SamplingParams,
+                           policy: str = "model", weights: tuple[int, list[Any]] | None = None) -> dict[str, Any]:
+        from agentr1_core.flows import FlowContext
+        from agentr1_core.rollout.driver import run_episode
+
+        t_start = time.perf_counter()
+        weight_seconds = await self.load_weights(*weights) if weights is not None else 0.0
+        self.calls += 1
+        self.progress_state = {"call": self.calls, "total": len(episodes), "finished": 0}
+        ctx = FlowContext(engine=self.engine, tokenizer=self.tokenizer, sampling=sampling,
+                          env_config=dict(self.env_config), reward_fn=self.reward_fn,
+                          max_turns=int(self.cfg.rollout.max_turns),
+                          max_prompt_tokens=int(self.cfg.rollout.max_prompt_tokens), policy=policy)
+
+        def make_flow() -> Any:
+            return self.registry.build("agent_flow", self.flow_name, self.flow_params, where="agent_flow", ctx=ctx)
+
+        async def one(row: dict[str, Any], group: str, uid: str) -> Any:
+            traj = await run_episode(make_flow, row, group, uid)
+            self.progress_state["finished"] += 1
+            self.finished_total += 1
+            if self._crash_after is not None and self.finished_total >= self._crash_after:
+                os._exit(17)  # a hard death, as an OOM kill or a lost node would look to Ray
+            return traj
+
+        t_gen = time.perf_counter()
+        trajs = await asyncio.gather(*(one(row, group, uid) for row, group, uid in episodes))
+        now = time.perf_counter()
+        return {"trajectories": list(trajs), "worker": self.index, "pid": os.getpid(),
+                "weights_seconds": weight_seconds, "episodes_seconds": now - t_gen,
+                "busy_seconds": now - t_start, "weights_version": self.weights_version}
+
+    def close(self) -> None:
+        self.engine.close()
