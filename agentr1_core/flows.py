@@ -67,7 +67,10 @@ class AgentFlowBase:
         return Action(gen.text, list(gen.token_ids), list(gen.logprobs), finish_reason=gen.finish_reason)
 
     def finish(self, traj: Trajectory, row: dict[str, Any]) -> Trajectory:
-        """Apply the reward function: the final reward goes on the last step."""
+        """Apply the reward function: the final reward goes on the last step. The row's ``reward_model`` (ground
+        truth) is kept in ``traj.info`` for algorithms that use privileged information."""
+        if row.get("reward_model") is not None:
+            traj.info["reward_model"] = row["reward_model"]
         if self.ctx.reward_fn is not None and traj.steps:
             try:
                 traj.final_reward = float(self.ctx.reward_fn(traj, row))
@@ -133,7 +136,8 @@ class AgentEnvLoop(AgentFlowBase):
                 if traj.steps:
                     traj.steps[-1].truncated = True
                 return
-            step = Step(prompt_ids, action.token_ids, action.logprobs, action_text=action.text, anchor=obs.anchor)
+            step = Step(prompt_ids, action.token_ids, action.logprobs, action_text=action.text, anchor=obs.anchor,
+                        observation=obs)
             traj.steps.append(step)
             try:
                 result = await env.step(action)

@@ -80,6 +80,7 @@ class Step:
     next_observation: Observation | None = None
     anchor: str | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    observation: Observation | None = None  # what prompt_ids were rendered from (e.g. for a teacher's template)
 
     @property
     def num_tokens(self) -> int:

@@ -81,6 +81,12 @@ class Algorithm:
     needs_reference: bool = False
     needs_teacher: bool = False
 
+    def prepare_batch(self, batch: StepBatch, steps: Any, trajectories: list[Any]) -> dict[str, float]:
+        """Called by the trainer before ``compute_advantages`` with the batch, its step rows (each with ``traj`` and
+        ``step_index``) and the rollout's trajectories; may fill extra fields (e.g. ``teacher_logprobs``) and
+        returns metrics. The default does nothing."""
+        return {}
+
     def compute_advantages(self, batch: StepBatch) -> AdvantageOutput:
         raise NotImplementedError
 

@@ -299,6 +299,7 @@ class LocalTrainer:
             metrics.update(score_batch(self.policy, steps.rows, batch, int(tr.micro_batch_size),
                                        float(cfg.rollout.temperature), recompute, need_ref,
                                        self.policy.value_head is not None))
+            metrics.update(self.algorithm.prepare_batch(batch, steps.rows, trajs) or {})
             adv = self.algorithm.compute_advantages(batch)
             metrics.update({f"adv/{k}": v for k, v in adv.metrics.items()})
             gen = torch.Generator().manual_seed(int(cfg.seed) * 100003 + self.iteration)
