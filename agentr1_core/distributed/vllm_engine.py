@@ -171,12 +171,25 @@ class VLLMEngine:
         """Load ``{name: tensor}`` into every vLLM worker's model and drop the prefix cache."""
         if not state:
             return
-        items = [(k, v.detach().cpu()) for k, v in state.items()]
+        import torch
+        # plain (name, shape, dtype, bytes) records: they cross vLLM's process boundary unchanged
+        items = []
+        for k, v in state.items():
+            arr = v.detach().to("cpu", torch.float32).contiguous().numpy()
+            items.append((k, list(arr.shape), str(arr.dtype), arr.tobytes()))
 
-        def load(worker: Any, weights: list[tuple[str, Any]]) -> int:
-            model = worker.model_runner.model
-            device = next(model.parameters()).device
-            model.load_weights(weights=[(k, v.to(device)) for k, v in weights])
+        def load(worker: Any, records: list[Any]) -> int:
+            import numpy as np
+            import torch as _torch
+
+            weights = [(name, _torch.from_numpy(np.frombuffer(data, dtype=np.dtype(dt)).reshape(shape).copy()))
+                       for name, shape, dt, data in records]
+            if hasattr(worker, "reload_weights"):  # vLLM >= 0.2x: in-place reload that redoes weight post-processing
+                worker.reload_weights(weights_iterator=iter(weights))
+            else:
+                model = worker.model_runner.model
+                device = next(model.parameters()).device
+                model.load_weights(weights=[(n, w.to(device)) for n, w in weights])
             return len(weights)
 
         async def run() -> None:

@@ -65,8 +65,8 @@ def test_config_mapping_follows_the_run_config():
     assert actor["ppo_mini_batch_size"] == 16 and actor["clip_ratio_high"] == 0.28 and actor["clip_ratio_low"] == 0.2
     assert actor["use_kl_loss"] and actor["kl_loss_type"] == "low_var_kl" and actor["kl_loss_coef"] == 0.01
     assert actor["loss_agg_mode"] == "seq-mean-token-sum" and actor["policy_loss"]["loss_mode"] == "vanilla"
-    assert out["actor_rollout_ref"]["model"]["lora_rank"] == 16
-    assert out["actor_rollout_ref"]["rollout"]["response_length"] == 64
+    assert out["actor_rollout_ref"]["model"]["lora_rank"] == cfg.model.lora.r
+    assert out["actor_rollout_ref"]["rollout"]["response_length"] == cfg.rollout.max_new_tokens
     assert out["critic"]["optim"]["lr"] == cfg.trainer.critic_lr and out["trainer"]["n_gpus_per_node"] == 2
 
 
