@@ -212,6 +212,11 @@ class LocalTrainer:
         self.engine = self.registry.build("engine", name, params, where="engine", model=engine_model,
                                           tokenizer=tokenizer)
         self.trainable_params = sum(p.numel() for p in trainable)
+        # Algorithms that judge the policy's tokens with another model (a distillation teacher) check the policy's
+        # tokenizer here, at startup, before any rollout.
+        bind_policy = getattr(self.algorithm, "bind_policy", None)
+        if callable(bind_policy):
+            bind_policy(model_name=str(cfg.model.path), tokenizer=tokenizer, device=self.device)
 
     # -- rollouts ---------------------------------------------------------------------------------------------------
     def make_flow_factory(self, sampling: SamplingParams, policy: str = "model"):
@@ -320,6 +325,12 @@ class LocalTrainer:
         return metrics
 
     def fit(self) -> dict[str, Any]:
+        try:
+            return self._fit()
+        finally:
+            self.close()
+
+    def _fit(self) -> dict[str, Any]:
         start = time.perf_counter()
         self.setup()
         stages = [str(s) for s in self.cfg.stages]
@@ -346,7 +357,6 @@ class LocalTrainer:
         line = ", ".join(f"{k} {v['success_rate']:.3f}" for k, v in val.items())
         print(f"[done] {self.iteration} iterations in {summary['wall_seconds']:.0f}s, peak RSS "
               f"{summary['peak_rss_mb']:.0f} MiB; held-out success: {line}", flush=True)
-        self.close()
         return summary
 
     def close(self) -> None:

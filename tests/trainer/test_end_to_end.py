@@ -1,0 +1,46 @@
+"""``agentr1-core run tiny`` with the real SmolLM2-135M-Instruct: rows -> expert SFT -> rollout -> step rows ->
+advantages -> loss -> changed weights, with validation before SFT, after SFT and after RL, and metrics.jsonl."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agentr1_core.cli import main
+
+ITERATION_KEYS = {
+    "iteration", "reward_mean", "reward_std", "success_rate", "steps_per_episode", "terminations", "tool_errors",
+    "tokens_generated", "rollout_tok_s", "update_tok_s", "loss", "entropy", "grad_norm", "clip_fraction",
+    "train_steps", "optimizer_steps", "skipped_steps", "weight_change", "nonfinite_logprob_steps", "peak_rss_mb",
+}
+
+
+@pytest.mark.slow
+def test_tiny_run_trains_end_to_end(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert main(["run", "tiny", f"run_dir={run_dir}", "seed=3"]) == 0
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    validations = {r["label"]: r for r in records if r.get("event") == "validation"}
+    assert set(validations) == {"before_sft", "after_sft", "after_rl"}
+    for v in validations.values():
+        assert v["cases"] == 2 and set(v["by_source"]) == {"arithmetic_expression", "arithmetic_word"}
+        assert 0.0 <= v["success_rate"] <= 1.0
+
+    sft = next(r for r in records if r.get("event") == "sft")
+    assert sft["expert_success_rate"] == 1.0  # the scripted expert solves every row through the real env
+    assert sft["sft_steps"] == 2 * sft["expert_episodes"]  # one calculator turn + one answer turn per episode
+    assert sft["optimizer_steps"] >= 1 and sft["weight_change"] > 0
+
+    iters = [r for r in records if "iteration" in r and "event" not in r]
+    assert [r["iteration"] for r in iters] == [1]
+    it = iters[0]
+    assert ITERATION_KEYS <= set(it)
+    assert it["episodes"] == 4 and it["train_steps"] >= 4 and it["tokens_generated"] > 0
+    assert "adv/adv_mean" in it and it["valid_tokens"] > 0
+    assert it["optimizer_steps"] == 1 and it["skipped_steps"] == 0
+    assert it["weight_change"] > 0  # the policy loss reached the weights
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["iterations"] == 1 and summary["seed"] == 3
+    out = capsys.readouterr().out
+    assert "it 1/1 | reward" in out and "[done]" in out
