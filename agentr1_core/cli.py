@@ -127,6 +127,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(exc))
     except FileNotFoundError as exc:
         return _fail(f"{exc.strerror}: {exc.filename}" if exc.filename else str(exc))
+    except OSError as exc:
+        from agentr1_core.lifecycle.checkpoint import RunDirError
+
+        if isinstance(exc, RunDirError):  # unwritable run directory or disk full, found before training starts
+            return _fail(str(exc))
+        raise
     except BrokenPipeError:  # output piped into head & co
         return 0
     except KeyboardInterrupt:

@@ -91,9 +91,10 @@ class TrainerConfig:
     value_coef: float = 1.0  # weight of the critic loss added to the policy loss
     train_layers: int = 0  # train only the top N decoder blocks (0: all); with LoRA, adapters only there
     threads: int = 0  # torch threads (0: leave the default)
-    checkpoint_every: int = 0
+    checkpoint_every: int = 0  # iterations between checkpoints (0: only at the end; < 0: never)
     keep_checkpoints: int = 2
-    resume: str = "never"  # never | auto
+    resume: str = "never"  # never | auto (continue from the latest checkpoint in run_dir)
+    min_free_gb: float = 1.0  # free disk space the run directory needs before training starts
     params: dict[str, Any] = field(default_factory=dict)  # backend-specific extras
 
 

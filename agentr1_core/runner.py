@@ -1,7 +1,8 @@
 """``run(cfg)``: check every selected component before anything heavy loads, then hand the run to the trainer.
 
-All names are resolved and all component params validated up front, so a typo fails in a second with one line,
-not after the model has loaded.
+All names are resolved and all component params validated up front, and the run directory is checked (writable,
+``trainer.min_free_gb`` free), so a typo or a full disk fails in a second with one line, not after the model has
+loaded.
 """
 
 from __future__ import annotations
@@ -34,7 +35,10 @@ def check_components(cfg: DictConfig, registry: Registry) -> None:
 
 
 def run(cfg: DictConfig) -> Any:
+    from agentr1_core.lifecycle.checkpoint import check_run_dir
+
     registry = configure_registry(cfg.plugins.allow, cfg.plugins.block)
     check_components(cfg, registry)
+    check_run_dir(cfg.run_dir, int(float(cfg.trainer.min_free_gb) * 1024 ** 3))  # unwritable / disk full: fail now
     trainer = registry.load("trainer", cfg.trainer.name)(config=cfg, registry=registry)
     return trainer.fit()

@@ -86,4 +86,6 @@ def agentr1_cli_commands():
                     help="plot reward, success, loss and throughput of a run"),
         CommandSpec("export", "agentr1_core.lifecycle.export:register", "Export a plain Hugging Face model folder",
                     help="write the latest checkpoint as a plain HF model folder (LoRA merged)"),
+        CommandSpec("eval", "agentr1_core.lifecycle.evaluate:register", "Validation only, per data source",
+                    help="evaluate a checkpoint on the validation data per data source, to JSON"),
     ]

@@ -1,7 +1,14 @@
-"""Metrics sinks: one JSON object per iteration in ``metrics.jsonl``, TensorBoard scalars, and W&B when installed
-and asked for (``AGENTR1_WANDB_PROJECT``); plus the one readable console line per iteration.
+"""The one metrics path of a run: ``metrics.jsonl`` (one JSON object per record), TensorBoard scalars, W&B when
+installed and asked for (``AGENTR1_WANDB_PROJECT`` or ``wandb_project``), and the one readable console line per
+iteration.
 
-``MetricsLogger`` is a trainer callback (``on_iteration_end(trainer, metrics)``); ``close()`` flushes everything.
+Records are what the trainer produces: one per RL iteration (flat keys such as ``reward_mean``, ``loss``, with small
+dicts for ``terminations`` and ``tool_errors``) plus ``event`` records (``validation``, ``sft``). Non-finite floats
+are written as null. TensorBoard gets every numeric value, nested dicts flattened with ``/`` (``tool_errors/timeout``),
+at the record's iteration. On resume, ``truncate_to(offset)`` drops the records written after the checkpoint, and
+TensorBoard purges its events from the first repeated iteration on, so no iteration is ever logged twice.
+
+This module computes no metrics (see ``agentr1_core.trainers.metrics``).
 """
 
 from __future__ import annotations
@@ -12,44 +19,65 @@ import os
 from pathlib import Path
 from typing import Any
 
-CONSOLE_KEYS = (
-    ("reward/mean", "reward", "{:.3f}"), ("success/rate", "success", "{:.2f}"), ("val/success/rate", "val", "{:.2f}"),
-    ("loss/policy", "loss", "{:.4f}"), ("kl", "kl", "{:.4f}"), ("grad_norm", "gnorm", "{:.2f}"),
-    ("throughput/rollout_tok_s", "roll tok/s", "{:.0f}"), ("throughput/update_tok_s", "upd tok/s", "{:.0f}"),
-    ("time/iteration_s", "s", "{:.1f}"),
-)
+
+def clean(value: Any) -> Any:
+    """JSON-safe copy: non-finite floats -> None, numpy/torch scalars -> Python numbers, keys -> str."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean(v) for v in value]
+    if hasattr(value, "item") and callable(value.item):  # numpy / torch scalars
+        try:
+            return clean(value.item())
+        except (ValueError, RuntimeError):
+            return str(value)
+    return value
 
 
-def _scalar(value: Any) -> float | None:
-    if isinstance(value, bool):
-        return float(value)
-    if isinstance(value, (int, float)) and math.isfinite(value):
-        return float(value)
-    return None
+def scalars(record: dict[str, Any], prefix: str = "") -> dict[str, float]:
+    """Every finite number in ``record``, nested dicts flattened to ``a/b`` keys (bools count as 0/1)."""
+    out: dict[str, float] = {}
+    for key, value in record.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(scalars(value, f"{name}/"))
+        elif isinstance(value, (bool, int, float)) and math.isfinite(float(value)):
+            out[name] = float(value)
+    return out
 
 
-def console_line(step: int, metrics: dict[str, Any]) -> str:
-    parts = [f"iter {step:>4}"]
-    for key, label, fmt in CONSOLE_KEYS:
-        if _scalar(metrics.get(key)) is not None:
-            parts.append(f"{label} {fmt.format(metrics[key])}")
-    return " | ".join(parts)
+def _tb_scalars(record: dict[str, Any]) -> tuple[int, dict[str, float]]:
+    """The TensorBoard step and scalars of one record."""
+    event = record.get("event")
+    step = int(record.get("iteration") or 0)
+    if event is None:
+        body = {k: v for k, v in record.items() if k not in ("iteration", "validation")}
+        return step, scalars(body)
+    body = {k: v for k, v in record.items() if k not in ("event", "label", "iteration")}
+    return step, scalars(body, f"{'val' if event == 'validation' else event}/")
 
 
 class MetricsLogger:
-    """Writes every iteration's metrics to ``<run_dir>/metrics.jsonl`` and TensorBoard (``<run_dir>/tb``)."""
+    """Appends records to ``<run_dir>/metrics.jsonl`` (fsync'ed) and mirrors numbers to TensorBoard / W&B.
+
+    ``purge_step`` (the first iteration a resumed run logs again) makes TensorBoard drop older events from that
+    step on.
+    """
 
     def __init__(self, run_dir: str | os.PathLike, tensorboard: bool = True, wandb_project: str | None = None,
-                 config: dict[str, Any] | None = None) -> None:
-        self.path = Path(run_dir) / "metrics.jsonl"
+                 config: dict[str, Any] | None = None, purge_step: int | None = None) -> None:
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / "metrics.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.tb = None
         if tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
 
-                self.tb = SummaryWriter(str(Path(run_dir) / "tb"))
-            except ImportError:
+                self.tb = SummaryWriter(str(self.run_dir / "tb"), purge_step=purge_step)
+            except ImportError:  # tensorboard not installed: JSONL only
                 self.tb = None
         self.wandb = None
         project = wandb_project or os.environ.get("AGENTR1_WANDB_PROJECT")
@@ -57,32 +85,49 @@ class MetricsLogger:
             try:
                 import wandb
 
-                self.wandb = wandb.init(project=project, config=config, dir=str(run_dir))
+                self.wandb = wandb.init(project=project, config=config, dir=str(self.run_dir),
+                                        resume="allow", id=os.environ.get("AGENTR1_WANDB_RUN_ID"))
             except ImportError:
                 self.wandb = None
 
-    def log(self, step: int, metrics: dict[str, Any]) -> None:
-        record = {"step": step, **metrics}
+    def write(self, record: dict[str, Any]) -> None:
         with self.path.open("a", encoding="utf-8") as fh:
-            fh.write(json.dumps(record, default=str) + "\n")
+            fh.write(json.dumps(clean(record), ensure_ascii=False) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
-        scalars = {k: v for k, v in ((k, _scalar(v)) for k, v in metrics.items()) if v is not None}
-        if self.tb is not None:
-            for key, value in scalars.items():
+        step, values = _tb_scalars(record)
+        if self.tb is not None and values:
+            for key, value in values.items():
                 self.tb.add_scalar(key, value, step)
             self.tb.flush()
-        if self.wandb is not None:
-            self.wandb.log(scalars, step=step)
+        if self.wandb is not None and values:
+            self.wandb.log(values, step=step)
 
-    def on_iteration_end(self, trainer: Any, metrics: dict[str, Any]) -> None:
-        self.log(int(metrics.get("iteration", getattr(trainer, "iteration", 0))), metrics)
+    def offset(self) -> int:
+        """The current size of ``metrics.jsonl`` in bytes (stored in checkpoints)."""
+        return self.path.stat().st_size if self.path.is_file() else 0
 
     def close(self) -> None:
         if self.tb is not None:
             self.tb.close()
+            self.tb = None
         if self.wandb is not None:
             self.wandb.finish()
+            self.wandb = None
+
+
+def truncate_metrics(run_dir: str | os.PathLike, offset: int) -> int:
+    """Cut ``metrics.jsonl`` back to ``offset`` bytes (what a checkpoint saw); returns the records dropped."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file() or path.stat().st_size <= offset:
+        return 0
+    with path.open("rb+") as fh:
+        fh.seek(offset)
+        dropped = fh.read().count(b"\n")
+        fh.truncate(offset)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return dropped
 
 
 def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
@@ -96,3 +141,42 @@ def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
             except json.JSONDecodeError:
                 continue
     return records
+
+
+def _fmt(value: Any, spec: str = ".3f") -> str:
+    return "-" if not isinstance(value, (int, float)) or not math.isfinite(value) else format(value, spec)
+
+
+def _counts(counts: Any) -> str:
+    if not isinstance(counts, dict) or not counts:
+        return ""
+    return ",".join(f"{k}:{v}" for k, v in sorted(counts.items()))
+
+
+def console_line(m: dict[str, Any], total: int) -> str:
+    """One readable line per iteration."""
+    kl = m.get("kl", m.get("approx_kl"))
+    parts = [
+        f"it {m.get('iteration', 0)}/{total}",
+        f"reward {_fmt(m.get('reward_mean'))}±{_fmt(m.get('reward_std'), '.2f')}",
+        f"success {_fmt(m.get('success_rate'), '.2f')}",
+        f"steps {_fmt(m.get('steps_per_episode'), '.1f')}",
+        f"loss {_fmt(m.get('loss'), '.4f')}",
+        f"kl {_fmt(kl, '.4f')}",
+        f"ent {_fmt(m.get('entropy'), '.3f')}",
+        f"gnorm {_fmt(m.get('grad_norm'), '.2f')}",
+        f"clip {_fmt(m.get('clip_fraction'), '.3f')}",
+        f"roll {_fmt(m.get('rollout_tok_s'), '.0f')} tok/s",
+        f"upd {_fmt(m.get('update_tok_s'), '.0f')} tok/s",
+        f"{_fmt(m.get('iteration_seconds'), '.0f')}s",
+    ]
+    ends = _counts({k: v for k, v in (m.get("terminations") or {}).items() if k != "done"})
+    if ends:
+        parts.append(f"ends {ends}")
+    errors = _counts(m.get("tool_errors"))
+    if errors:
+        parts.append(f"tool errors {errors}")
+    val = m.get("validation")
+    if isinstance(val, dict):
+        parts.append(f"val success {_fmt(val.get('success_rate'), '.3f')} ({val.get('cases', 0)} cases)")
+    return " | ".join(parts)

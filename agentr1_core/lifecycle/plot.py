@@ -8,11 +8,23 @@ from pathlib import Path
 from agentr1_core.lifecycle.metrics import read_metrics
 
 PANELS = (
-    ("reward", ("reward/mean", "val/reward/mean")),
-    ("success rate", ("success/rate", "val/success/rate")),
-    ("loss", ("loss/policy", "loss/value")),
-    ("throughput (tok/s)", ("throughput/rollout_tok_s", "throughput/update_tok_s")),
+    ("reward", ("reward_mean", "val/reward_mean")),
+    ("success rate", ("success_rate", "val/success_rate")),
+    ("loss", ("loss", "policy_loss", "value_loss")),
+    ("throughput (tok/s)", ("rollout_tok_s", "update_tok_s")),
 )
+
+
+def _series(records: list[dict], key: str) -> list[tuple[int, float]]:
+    """(iteration, value) points of ``key``; ``val/...`` keys read the validation events."""
+    if key.startswith("val/"):
+        name = key[4:]
+        rows = [r for r in records if r.get("event") == "validation"]
+    else:
+        name = key
+        rows = [r for r in records if "event" not in r]
+    return [(int(r.get("iteration") or 0), float(r[name])) for r in rows
+            if isinstance(r.get(name), (int, float)) and not isinstance(r.get(name), bool)]
 
 
 def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
@@ -28,7 +40,7 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     fig, axes = plt.subplots(2, 2, figsize=(10, 7))
     for ax, (title, keys) in zip(axes.flat, PANELS):
         for key in keys:
-            points = [(r["step"], r[key]) for r in records if isinstance(r.get(key), (int, float))]
+            points = _series(records, key)
             if points:
                 xs, ys = zip(*points)
                 ax.plot(xs, ys, marker="o", markersize=3, label=key)

@@ -7,18 +7,26 @@ returns something that is not a ``Trajectory``, becomes an empty trajectory with
 traceback in ``info["error"]``: one bad episode never stops a run.
 
 The driver knows nothing about models or losses; building the flow (and its ``FlowContext``) is the caller's job,
-through ``make_flow``.
+through ``make_flow``, which runs with ``current_episode_uid()`` set to the episode's uid (e.g. to seed it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import traceback
 from typing import Any, Awaitable, Callable, Sequence
 
 from agentr1_core.mdp import Trajectory
 
 FlowFactory = Callable[[], Any]  # returns an object with ``async run(row) -> Trajectory``
+
+_EPISODE_UID: contextvars.ContextVar[str | None] = contextvars.ContextVar("agentr1_episode_uid", default=None)
+
+
+def current_episode_uid() -> str | None:
+    """The uid of the episode whose flow is being built or run in this task (None outside an episode)."""
+    return _EPISODE_UID.get()
 
 
 def error_trajectory(row: dict[str, Any], error: str) -> Trajectory:
@@ -31,6 +39,7 @@ def error_trajectory(row: dict[str, Any], error: str) -> Trajectory:
 
 async def run_episode(make_flow: FlowFactory, row: dict[str, Any], group_id: str, uid: str) -> Trajectory:
     """One episode that never raises (except cancellation)."""
+    _EPISODE_UID.set(uid)  # each episode runs in its own task: the value stays local to it
     try:
         flow = make_flow()
         traj = await flow.run(row)

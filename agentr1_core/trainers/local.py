@@ -14,15 +14,20 @@ frozen reference for the KL term (``trainer.ref_model`` or an algorithm with ``k
 policy trunk for algorithms that need a critic. Old log-probs are recomputed with the current weights when one
 rollout feeds several optimizer steps (``update_epochs > 1`` or ``mini_batches > 1``).
 
-Seams for run management: ``callbacks`` (objects with ``on_iteration_end(trainer, metrics)``), ``state_dict()`` /
-``load_state_dict()`` (model, optimizer, RNG, data position, iteration). Checkpoint files and resume are not done
-here.
+Run management: ``callbacks`` (objects with ``on_iteration_end(trainer, metrics)``), ``state_dict()`` /
+``load_state_dict()`` (model, optimizer, RNG, data position, iteration). Before anything loads, the run directory is
+checked (writable, ``trainer.min_free_gb`` free). A checkpoint is written every ``trainer.checkpoint_every``
+iterations and at the end (0: only at the end, < 0: never) through ``agentr1_core.lifecycle.trainer_state``;
+``trainer.resume=auto`` continues from the latest one. Metrics go through ``agentr1_core.lifecycle.metrics``
+(``metrics.jsonl`` + TensorBoard). Sampled generations are seeded per (run seed, iteration, episode, call), so a
+resumed run samples what the uninterrupted run would have sampled.
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import functools
 import inspect
 import json
@@ -36,12 +41,13 @@ from omegaconf import OmegaConf
 
 from agentr1_core.config import component
 from agentr1_core.flows import FlowContext
+from agentr1_core.lifecycle.checkpoint import check_run_dir, latest_checkpoint
+from agentr1_core.lifecycle.metrics import MetricsLogger, console_line
 from agentr1_core.rollout.base import SamplingParams
-from agentr1_core.rollout.driver import rollout_async
+from agentr1_core.rollout.driver import current_episode_uid, rollout_async
 from agentr1_core.trainers.batching import build_step_batch, trajectories_to_rows
-from agentr1_core.trainers.metrics import (
-    MetricsWriter, console_line, peak_rss_mb, rollout_metrics, validation_metrics,
-)
+from agentr1_core.trainers.metrics import peak_rss_mb, rollout_metrics, validation_metrics
+from agentr1_core.trainers.seeding import EpisodeSeededEngine
 from agentr1_core.trainers.update import Policy, policy_update, score_batch, sft_update
 
 
@@ -108,12 +114,43 @@ class LocalTrainer:
         seed_everything(int(cfg.seed))
         self.run_dir = Path(cfg.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.writer = MetricsWriter(self.run_dir)
         self.loop = asyncio.new_event_loop()
         self._build_data()
         self._build_components()
         self._build_model()
         self._setup_done = True
+        self.resumed_from = self._maybe_resume()
+        self.writer = self._make_writer()
+
+    def _maybe_resume(self) -> Path | None:
+        mode = str(self.cfg.trainer.resume)
+        if mode not in ("never", "auto"):
+            raise ValueError(f"trainer.resume must be 'never' or 'auto', got {mode!r}")
+        if mode != "auto":
+            return None
+        from agentr1_core.lifecycle.trainer_state import resume_latest
+
+        return resume_latest(self)
+
+    def _make_writer(self) -> Any:
+        return MetricsLogger(self.run_dir, config=OmegaConf.to_container(self.cfg, resolve=True),
+                             purge_step=self.iteration + 1 if self.resumed_from is not None else None)
+
+    def preflight(self) -> None:
+        """Fail in a second, with one line, if the run directory cannot take metrics and checkpoints."""
+        check_run_dir(self.cfg.run_dir, int(float(self.cfg.trainer.min_free_gb) * 1024 ** 3))
+
+    def save_checkpoint(self) -> Path:
+        from agentr1_core.lifecycle.trainer_state import save_trainer_checkpoint
+
+        t0 = time.perf_counter()
+        path = save_trainer_checkpoint(self)
+        print(f"[checkpoint] {path} in {time.perf_counter() - t0:.1f}s", flush=True)
+        return path
+
+    def _checkpoint_due(self) -> bool:
+        every, total = int(self.cfg.trainer.checkpoint_every), int(self.cfg.trainer.total_steps)
+        return every >= 0 and (self.iteration >= total or (every > 0 and self.iteration % every == 0))
 
     def _build_data(self) -> None:
         name, params = component(self.cfg, "data.train")
@@ -224,7 +261,16 @@ class LocalTrainer:
                           env_config=dict(self.env_config), reward_fn=self.reward_fn,
                           max_turns=int(self.cfg.rollout.max_turns),
                           max_prompt_tokens=int(self.cfg.rollout.max_prompt_tokens), policy=policy)
-        return lambda: self.registry.build("agent_flow", self.flow_name, self.flow_params, where="agent_flow", ctx=ctx)
+        fallback = iter(range(1 << 62))
+
+        def make_flow() -> Any:
+            # the episode's uid carries the rollout prefix (e.g. the iteration): a seed per (run, episode, call)
+            key = f"{int(self.cfg.seed)}/{current_episode_uid() or f'episode-{next(fallback)}'}"
+            episode_ctx = dataclasses.replace(ctx, engine=EpisodeSeededEngine(self.engine, key))
+            return self.registry.build("agent_flow", self.flow_name, self.flow_params, where="agent_flow",
+                                       ctx=episode_ctx)
+
+        return make_flow
 
     def rollout(self, rows: list[dict[str, Any]], n: int, sampling: SamplingParams, policy: str = "model",
                 desc: str = "rollout", prefix: str = ""):
@@ -320,6 +366,8 @@ class LocalTrainer:
         metrics["peak_rss_mb"] = peak_rss_mb()
         self.writer.write(metrics)
         print(console_line(metrics, int(tr.total_steps)), flush=True)
+        if self._checkpoint_due():
+            self.save_checkpoint()
         for cb in self.callbacks:
             cb.on_iteration_end(self, metrics)
         return metrics
@@ -332,6 +380,7 @@ class LocalTrainer:
 
     def _fit(self) -> dict[str, Any]:
         start = time.perf_counter()
+        self.preflight()
         self.setup()
         stages = [str(s) for s in self.cfg.stages]
         unknown = [s for s in stages if s not in ("sft", "rl")]
@@ -349,6 +398,10 @@ class LocalTrainer:
             while self.iteration < int(self.cfg.trainer.total_steps):
                 self.train_iteration()
             self.validate("after_rl")
+        last = latest_checkpoint(self.run_dir)
+        if int(self.cfg.trainer.checkpoint_every) >= 0 and (last is None or int(last.name.split("_")[-1]) !=
+                                                             self.iteration):
+            self.save_checkpoint()  # runs without RL iterations (e.g. SFT only)
         self.history.update(wall_seconds=time.perf_counter() - start, peak_rss_mb=peak_rss_mb(),
                             iterations=self.iteration, seed=int(self.cfg.seed))
         summary = {k: v for k, v in self.history.items()}
@@ -360,6 +413,9 @@ class LocalTrainer:
         return summary
 
     def close(self) -> None:
+        writer = getattr(self, "writer", None)
+        if writer is not None and hasattr(writer, "close"):
+            writer.close()
         engine = getattr(self, "engine", None)
         if engine is not None:
             engine.close()
@@ -384,11 +440,12 @@ class LocalTrainer:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.setup()
         params = dict(self.policy.model.named_parameters())
-        missing = [n for n in state["model"] if n not in params]
+        weights = state.get("model") or {}  # absent in checkpoints: their weights are the model/ folder
+        missing = [n for n in weights if n not in params]
         if missing:
             raise KeyError(f"checkpoint has parameters the model lacks: {missing[:3]}")
         with torch.no_grad():
-            for n, value in state["model"].items():
+            for n, value in weights.items():
                 params[n].copy_(value)
         if state.get("value_head") is not None and self.policy.value_head is not None:
             self.policy.value_head.load_state_dict(state["value_head"])

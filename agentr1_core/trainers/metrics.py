@@ -1,21 +1,21 @@
-"""Run metrics: summaries of a rollout, validation results per ``data_source``, the ``metrics.jsonl`` writer and the
-one-line console summary of an iteration.
+"""Run metrics computed from trajectories: summaries of a rollout and validation results per ``data_source``.
 
-``metrics.jsonl`` holds one JSON object per line (one per RL iteration, plus ``event`` lines for validation and the
-SFT stage). Values are plain numbers, strings or small dicts; non-finite floats are written as null.
+Where they go (``metrics.jsonl``, TensorBoard, W&B, the console line) is ``agentr1_core.lifecycle.metrics``;
+``MetricsWriter`` and ``console_line`` are re-exported here for the trainers that import them from this module.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import resource
 import statistics
 from collections import Counter
-from pathlib import Path
 from typing import Any, Sequence
 
+from agentr1_core.lifecycle.metrics import MetricsLogger, console_line  # noqa: F401  (re-exported)
 from agentr1_core.mdp import Trajectory
+
+MetricsWriter = MetricsLogger
 
 
 def peak_rss_mb() -> float:
@@ -53,62 +53,29 @@ def validation_metrics(trajs: Sequence[Trajectory], success_threshold: float = 1
     for t in trajs:
         by_source.setdefault(t.data_source, []).append(t)
 
-    def summary(ts: list[Trajectory]) -> dict[str, float]:
-        return {"reward_mean": statistics.fmean([t.final_reward for t in ts]) if ts else 0.0,
-                "success_rate": sum(t.success(success_threshold) for t in ts) / len(ts) if ts else 0.0,
-                "cases": len(ts)}
+    def summary(ts: list[Trajectory]) -> dict[str, Any]:
+        out = {"reward_mean": statistics.fmean([t.final_reward for t in ts]) if ts else 0.0,
+               "success_rate": sum(t.success(success_threshold) for t in ts) / len(ts) if ts else 0.0,
+               "cases": len(ts)}
+        out.update(episode_metric_means(ts))
+        return out
 
     out: dict[str, Any] = summary(list(trajs))
     out["by_source"] = {src: summary(ts) for src, ts in sorted(by_source.items())}
     out["terminations"] = dict(Counter(t.termination for t in trajs))
+    tool_errors: Counter[str] = Counter()
+    for t in trajs:
+        tool_errors.update(t.info.get("tool_errors") or {})
+    out["tool_errors"] = dict(tool_errors)
     return out
 
 
-def _clean(value: Any) -> Any:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    if hasattr(value, "item"):  # numpy / torch scalars
-        return _clean(value.item())
-    return value
-
-
-class MetricsWriter:
-    """Appends one JSON object per call to ``<run_dir>/metrics.jsonl``."""
-
-    def __init__(self, run_dir: str | Path) -> None:
-        self.path = Path(run_dir) / "metrics.jsonl"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-
-    def write(self, record: dict[str, Any]) -> None:
-        with self.path.open("a", encoding="utf-8") as fh:
-            fh.write(json.dumps(_clean(record), ensure_ascii=False) + "\n")
-
-
-def _fmt(value: Any, spec: str = ".3f") -> str:
-    return "-" if value is None or (isinstance(value, float) and not math.isfinite(value)) else format(value, spec)
-
-
-def console_line(m: dict[str, Any], total: int) -> str:
-    """One readable line per iteration."""
-    parts = [
-        f"it {m.get('iteration', 0)}/{total}",
-        f"reward {_fmt(m.get('reward_mean'))}±{_fmt(m.get('reward_std'), '.2f')}",
-        f"success {_fmt(m.get('success_rate'), '.2f')}",
-        f"steps {_fmt(m.get('steps_per_episode'), '.1f')}",
-        f"loss {_fmt(m.get('loss'), '.4f')}",
-        f"kl {_fmt(m.get('kl'), '.4f')}",
-        f"ent {_fmt(m.get('entropy'), '.3f')}",
-        f"gnorm {_fmt(m.get('grad_norm'), '.2f')}",
-        f"clip {_fmt(m.get('clip_fraction'), '.3f')}",
-        f"roll {_fmt(m.get('rollout_tok_s'), '.0f')} tok/s",
-        f"upd {_fmt(m.get('update_tok_s'), '.0f')} tok/s",
-        f"{_fmt(m.get('iteration_seconds'), '.0f')}s",
-    ]
-    val = m.get("validation")
-    if isinstance(val, dict):
-        parts.append(f"val success {_fmt(val.get('success_rate'), '.3f')} ({val.get('cases', 0)} cases)")
-    return " | ".join(parts)
+def episode_metric_means(trajs: Sequence[Trajectory]) -> dict[str, float]:
+    """Means of the numeric per-episode metrics a reward or env put in ``Trajectory.metrics`` (EM, F1, score, ...),
+    each over the episodes that report it."""
+    values: dict[str, list[float]] = {}
+    for t in trajs:
+        for key, value in t.metrics.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float(value)):
+                values.setdefault(str(key), []).append(float(value))
+    return {key: statistics.fmean(vs) for key, vs in sorted(values.items())}

@@ -140,7 +140,7 @@ def policy_update(policy: Policy, algorithm: Algorithm, optimizer: torch.optim.O
                   rows: Sequence[StepRow], batch: StepBatch, advantages: torch.Tensor, returns: torch.Tensor,
                   micro_batch_size: int, mini_batches: int, update_epochs: int, temperature: float,
                   max_grad_norm: float, value_coef: float = 1.0, scheduler: Any = None,
-                  generator: torch.Generator | None = None) -> dict[str, float]:
+                  generator: torch.Generator | None = None, progress: bool = True) -> dict[str, float]:
     """The RL update over one rollout; returns mean metrics (loss, kl, entropy, clip fraction, grad norm, ...)."""
     stats = UpdateStats()
     start = time.perf_counter()
@@ -148,6 +148,12 @@ def policy_update(policy: Policy, algorithm: Algorithm, optimizer: torch.optim.O
     n = len(rows)
     use_critic = algorithm.needs_critic and policy.value_head is not None
     change = WeightChange(policy.params)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=max(1, update_epochs) * len(micro_batches(range(n), rows, micro_batch_size)), desc="update",
+                   unit="mb", leave=False, dynamic_ncols=True)
     policy.model.train()
     for _epoch in range(max(1, update_epochs)):
         order = torch.randperm(n, generator=generator).tolist() if mini_batches > 1 else list(range(n))
@@ -171,11 +177,15 @@ def policy_update(policy: Policy, algorithm: Algorithm, optimizer: torch.optim.O
                     stats.add(vres.metrics)
                 stats.add({"loss": float(loss.detach())})
                 stats.tokens += int(inputs.attention_mask.sum())
+                if bar is not None:
+                    bar.update(1)
                 if not torch.isfinite(loss):
                     loss_ok = False
                     continue
                 (loss * (len(idx) / len(mini))).backward()
             guarded_step(optimizer, policy, max_grad_norm, loss_ok, stats, scheduler)
+    if bar is not None:
+        bar.close()
     policy.model.eval()
     stats.seconds = time.perf_counter() - start
     return {**stats.means(), "weight_change": change.norm()}

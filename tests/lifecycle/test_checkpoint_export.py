@@ -9,7 +9,7 @@ import torch
 
 from agentr1_core.lifecycle import checkpoint as ck
 from agentr1_core.lifecycle.export import export_model
-from agentr1_core.lifecycle.metrics import MetricsLogger, console_line, read_metrics
+from agentr1_core.lifecycle.metrics import MetricsLogger, console_line, read_metrics, truncate_metrics
 from agentr1_core.lifecycle.plot import plot_run
 
 
@@ -48,22 +48,39 @@ def test_run_dir_preflight(tmp_path):
         ck.check_run_dir(tmp_path / "ok", min_free_bytes=10**18)
 
 
-def test_metrics_logger_plot_and_console(tmp_path):
+def test_metrics_logger_plot_console_and_truncation(tmp_path):
     logger = MetricsLogger(tmp_path)
-    for i in range(3):
-        logger.log(i, {"reward/mean": 0.1 * i, "success/rate": 0.5, "loss/policy": 1.0 - i, "note": "x",
-                       "bad": float("nan")})
+    logger.write({"event": "validation", "label": "before_rl", "iteration": 0, "success_rate": 0.25,
+                  "by_source": {"a": {"success_rate": 0.5}}})
+    offsets = []
+    for i in range(1, 4):
+        logger.write({"iteration": i, "reward_mean": 0.1 * i, "success_rate": 0.5, "loss": 1.0 - i, "note": "x",
+                      "bad": float("nan"), "tool_errors": {"timeout": i}, "rollout_tok_s": 10.0 * i})
+        offsets.append(logger.offset())
     logger.close()
     records = read_metrics(tmp_path)
-    assert [r["step"] for r in records] == [0, 1, 2] and records[2]["reward/mean"] == pytest.approx(0.2)
+    assert [r.get("iteration") for r in records] == [0, 1, 2, 3]
+    assert records[2]["reward_mean"] == pytest.approx(0.2) and records[2]["bad"] is None
     with (tmp_path / "metrics.jsonl").open("a") as fh:
-        fh.write('{"step": 3, "torn')  # a run killed mid-line
-    assert len(read_metrics(tmp_path)) == 3
-    assert list((tmp_path / "tb").glob("events.out.tfevents.*"))
+        fh.write('{"iteration": 4, "torn')  # a run killed mid-line
+    assert len(read_metrics(tmp_path)) == 4
+    assert truncate_metrics(tmp_path, offsets[0]) == 2  # two whole records after iteration 1 (+ the torn line)
+    assert [r.get("iteration") for r in read_metrics(tmp_path)] == [0, 1]
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(tmp_path / "tb"))
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert {"reward_mean", "tool_errors/timeout", "val/success_rate", "val/by_source/a/success_rate"} <= tags
+    assert [e.step for e in acc.Scalars("reward_mean")] == [1, 2, 3]
+
     png = plot_run(tmp_path)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    line = console_line(7, {"reward/mean": 0.25, "loss/policy": 0.5, "kl": float("nan")})
-    assert line == "iter    7 | reward 0.250 | loss 0.5000"
+    line = console_line({"iteration": 7, "reward_mean": 0.25, "loss": 0.5, "kl": float("nan"),
+                         "terminations": {"done": 3, "env_error": 1}, "tool_errors": {"timeout": 2}}, 10)
+    assert line.startswith("it 7/10 | reward 0.250±- | success - | steps - | loss 0.5000 | kl - |")
+    assert line.endswith("| ends env_error:1 | tool errors timeout:2")
 
 
 def test_export_full_model_loads_with_plain_transformers(tmp_path, tiny_model, smol_tokenizer):

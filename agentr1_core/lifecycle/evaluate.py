@@ -1,0 +1,115 @@
+"""``agentr1-core eval CONFIG [key=value ...] --checkpoint PATH|latest [--out FILE]``: validation only.
+
+Builds the run's components exactly as the local trainer does, loads the weights of a checkpoint (``latest``: the
+newest complete one in the config's ``run_dir``; omitted: the configured model as it is), runs ``validation.n``
+episodes per ``data.val`` row (``validation.temperature``, greedy by default) and writes a JSON report: mean reward,
+success rate, steps, termination reasons and tool errors, overall and per ``data_source``, plus the means of every
+numeric per-episode metric a reward or env put in ``Trajectory.metrics`` (EM, F1, score, ...).
+
+It trains nothing and writes nothing into the run directory except the report (when ``--out`` points there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from agentr1_core.lifecycle.checkpoint import latest_checkpoint, load_state
+from agentr1_core.trainers.local import LocalTrainer
+
+
+class _NoMetrics:
+    def write(self, record: dict[str, Any]) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+class EvalTrainer(LocalTrainer):
+    """The local trainer's setup and rollout, without resume, metric files or training."""
+
+    def _maybe_resume(self) -> None:
+        return None
+
+    def _make_writer(self) -> Any:
+        return _NoMetrics()
+
+
+def resolve_checkpoint(spec: str | None, run_dir: str | Path) -> Path | None:
+    if spec in (None, "", "none"):
+        return None
+    if spec == "latest":
+        found = latest_checkpoint(run_dir)
+        if found is None:
+            raise FileNotFoundError(f"no complete checkpoint under {Path(run_dir) / 'checkpoints'}")
+        return found
+    path = Path(spec)
+    if not (path / "model").is_dir():
+        raise FileNotFoundError(f"{path} is not a checkpoint folder (no model/ inside)")
+    return path
+
+
+def evaluate(cfg: Any, registry: Any, checkpoint: str | None = None) -> dict[str, Any]:
+    """Run validation with the weights of ``checkpoint``; returns the report."""
+    from agentr1_core.lifecycle.trainer_state import load_weights
+    from agentr1_core.trainers.metrics import validation_metrics
+
+    cfg.trainer.resume = "never"
+    ckpt = resolve_checkpoint(checkpoint, cfg.run_dir)
+    trainer = EvalTrainer(cfg, registry)
+    try:
+        trainer.setup()
+        if not trainer.val_rows:
+            raise FileNotFoundError("the config has no validation rows (set data.val)")
+        state: dict[str, Any] = {}
+        if ckpt is not None:
+            load_weights(trainer.policy.model, ckpt / "model")
+            trainer.engine.sync_weights()
+            state = load_state(ckpt)
+        trajs, seconds = trainer.rollout(trainer.val_rows, int(cfg.validation.n), trainer.val_sampling,
+                                         desc="eval", prefix="eval-")
+        result = validation_metrics(trajs)
+        tokens = sum(len(s.response_ids) for t in trajs for s in t.steps)
+        result.update(steps_per_episode=sum(t.num_steps for t in trajs) / max(1, len(trajs)),
+                      tokens_generated=tokens, seconds=seconds)
+        return {"checkpoint": str(ckpt) if ckpt is not None else None,
+                "iteration": state.get("iteration"), "model_path": str(cfg.model.path),
+                "episodes": len(trajs), "n_per_row": int(cfg.validation.n),
+                "temperature": float(cfg.validation.temperature), **result}
+    finally:
+        trainer.close()
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from agentr1_core.cli import _split_config_args
+    from agentr1_core.config import load_config
+    from agentr1_core.lifecycle.metrics import clean
+    from agentr1_core.plugins import configure_registry
+    from agentr1_core.runner import check_components
+
+    config, overrides = _split_config_args(args.items)
+    cfg = load_config(config, overrides)
+    registry = configure_registry(cfg.plugins.allow, cfg.plugins.block)
+    check_components(cfg, registry)
+    t0 = time.perf_counter()
+    report = evaluate(cfg, registry, args.checkpoint)
+    name = Path(report["checkpoint"]).name if report["checkpoint"] else "base"
+    out = Path(args.out) if args.out else Path(str(cfg.run_dir)) / f"eval_{name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(clean(report), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    by = ", ".join(f"{k} {v['success_rate']:.3f}" for k, v in report["by_source"].items())
+    print(f"[eval] success {report['success_rate']:.3f} reward {report['reward_mean']:.3f} on {report['cases']} "
+          f"episodes ({by}) in {time.perf_counter() - t0:.0f}s -> {out}", flush=True)
+    return 0
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("items", nargs="*", metavar="CONFIG_OR_OVERRIDE")
+    parser.add_argument("--checkpoint", default=None,
+                        help="a checkpoint folder, or 'latest' in run_dir (default: the configured model as is)")
+    parser.add_argument("--out", default=None, help="JSON report path (default RUN_DIR/eval_<checkpoint>.json)")
+    parser.set_defaults(func=cmd_eval)

@@ -1,0 +1,63 @@
+"""Fixtures for the lifecycle tests: a tiny random Llama saved to a folder, with the real SmolLM2 tokenizer."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, smol_tokenizer) -> str:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    folder = tmp_path_factory.mktemp("tiny-llama-lifecycle")
+    tok = smol_tokenizer
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+                      tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                      pad_token_id=tok.pad_token_id)
+    torch.manual_seed(0)
+    LlamaForCausalLM(cfg).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.fixture
+def tiny_run_config(tmp_path, tiny_model_dir):
+    """``make(extra_yaml="") -> Path``: a small calculator run on the tiny model (SFT warm start, then 4 GRPO
+    iterations with a checkpoint every 2), written to ``tmp_path``."""
+
+    def make(extra: str = "") -> Path:
+        return _write_config(tmp_path / "tiny_run.yaml", tiny_model_dir, extra)
+
+    return make
+
+
+def _write_config(path: Path, model_dir: str, extra: str = "") -> Path:
+    path.write_text(textwrap.dedent(f"""\
+        base: default
+        seed: 5
+        model: {{path: "{model_dir}"}}
+        engine: {{name: transformers, max_batch_size: 1}}
+        data:
+          train: {{name: arithmetic, split: train, train_size: 16, val_size: 4, seed: 0}}
+          val: {{name: arithmetic, split: val, train_size: 16, val_size: 4, seed: 0}}
+        rollout: {{batch_size: 2, n: 2, temperature: 1.0, max_new_tokens: 24, max_turns: 2}}
+        validation: {{every: 2, max_rows: 2}}
+        sft: {{rows: 4, epochs: 1, batch_size: 4}}
+        algorithm: {{name: grpo, entropy_coef: 0.01}}
+        trainer:
+          total_steps: 4
+          checkpoint_every: 2
+          threads: 1
+          lr: 1.0e-3
+          micro_batch_size: 4
+          mini_batches: 2
+          update_epochs: 2
+          train_layers: 0
+          min_free_gb: 0.01
+        """) + textwrap.dedent(extra))
+    return path
