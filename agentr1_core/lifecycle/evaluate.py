@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from agentr1_core.lifecycle.checkpoint import latest_checkpoint, load_state
-from agentr1_core.trainers.local import LocalTrainer
 
 
 class _NoMetrics:
@@ -29,14 +28,19 @@ class _NoMetrics:
         return None
 
 
-class EvalTrainer(LocalTrainer):
-    """The local trainer's setup and rollout, without resume, metric files or training."""
+def eval_trainer(cfg: Any, registry: Any) -> Any:
+    """The local trainer's setup and rollout, without resume, metric files or training (torch loads here, so that
+    registering the command stays light)."""
+    from agentr1_core.trainers.local import LocalTrainer
 
-    def _maybe_resume(self) -> None:
-        return None
+    class EvalTrainer(LocalTrainer):
+        def _maybe_resume(self) -> None:
+            return None
 
-    def _make_writer(self) -> Any:
-        return _NoMetrics()
+        def _make_writer(self) -> Any:
+            return _NoMetrics()
+
+    return EvalTrainer(cfg, registry)
 
 
 def resolve_checkpoint(spec: str | None, run_dir: str | Path) -> Path | None:
@@ -60,7 +64,7 @@ def evaluate(cfg: Any, registry: Any, checkpoint: str | None = None) -> dict[str
 
     cfg.trainer.resume = "never"
     ckpt = resolve_checkpoint(checkpoint, cfg.run_dir)
-    trainer = EvalTrainer(cfg, registry)
+    trainer = eval_trainer(cfg, registry)
     try:
         trainer.setup()
         if not trainer.val_rows:

@@ -59,5 +59,10 @@ def _write_config(path: Path, model_dir: str, extra: str = "") -> Path:
           update_epochs: 2
           train_layers: 0
           min_free_gb: 0.01
-        """) + textwrap.dedent(extra))
+        """))
+    if extra:  # merged over the base settings
+        from omegaconf import OmegaConf
+
+        merged = OmegaConf.merge(OmegaConf.load(path), OmegaConf.create(textwrap.dedent(extra)))
+        path.write_text(OmegaConf.to_yaml(merged))
     return path
