@@ -1,7 +1,7 @@
 """The ``agentr1-core`` command line: run | config show | plugins, plus subcommands that plugins add.
 
-User mistakes (unknown plugin name, bad config key or type, missing file) print one line to stderr and exit with code
-2, without a traceback. ``plugins`` imports no heavy library.
+User mistakes (unknown plugin name, bad config key or type, missing file, unwritable run directory or full disk)
+print one line to stderr and exit with code 2, without a traceback. ``plugins`` imports no heavy library.
 """
 
 from __future__ import annotations

@@ -137,6 +137,7 @@ class ToolEnv(AgentEnv):
             messages.append(self.format.result_message(call, res.text))
             if res.error:
                 errors[res.error] += 1
+            errors.update(res.info.get("output_problems") or ())  # counted like errors; the output still goes back
         self.tool_errors.update(errors)
         self.turns.append(messages)
         feedback = "\n".join(r.text for r in results)

@@ -2,7 +2,8 @@
 
 A tool declares ``name``, ``description`` and ``parameters`` (a JSON schema object) and implements async
 ``execute(**arguments)``. ``call_tool`` validates arguments, enforces the timeout, caps and sanitises output and turns
-every failure into a ``ToolResult`` with ``error`` set: a tool never raises into the rollout.
+every failure into a ``ToolResult`` with ``error`` set: a tool never raises into the rollout. Output that had to be
+repaired (cut to size, undecodable bytes replaced) is listed in ``ToolResult.info["output_problems"]``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ class ToolResult:
     text: str
     reward: float = 0.0
     error: str | None = None  # None | bad_arguments | unknown_tool | exception | timeout | parse_error
-    info: dict[str, Any] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)  # output_problems: [output_truncated, invalid_utf8]
 
 
 class BaseTool:
@@ -90,6 +91,26 @@ def clean_output(text: Any, limit: int = MAX_OUTPUT_CHARS) -> str:
     return text
 
 
+def output_problems(text: Any, limit: int = MAX_OUTPUT_CHARS) -> list[str]:
+    """What ``clean_output`` will repair in ``text``: ``invalid_utf8`` (undecodable bytes or lone surrogates) and
+    ``output_truncated`` (longer than ``limit`` characters). The output still reaches the model, cleaned."""
+    problems = []
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError:
+            problems.append("invalid_utf8")
+            text = text.decode("utf-8", errors="replace")
+    if isinstance(text, str):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            problems.append("invalid_utf8")
+        if len(text) > limit:
+            problems.append("output_truncated")
+    return problems
+
+
 async def call_tool(tool: BaseTool, arguments: Any, timeout: float | None = None) -> ToolResult:
     """Run one tool call safely: never raises (except cancellation), always returns a ``ToolResult``."""
     problem = tool.validate_arguments(arguments)
@@ -105,7 +126,10 @@ async def call_tool(tool: BaseTool, arguments: Any, timeout: float | None = None
     except Exception as exc:
         return ToolResult(f"Error: {tool.name} failed: {type(exc).__name__}: {clean_output(str(exc), 300)}",
                           error="exception")
-    if isinstance(out, ToolResult):
-        out.text = clean_output(out.text)
-        return out
-    return ToolResult(clean_output(out))
+    raw = out.text if isinstance(out, ToolResult) else out
+    result = out if isinstance(out, ToolResult) else ToolResult("")
+    problems = output_problems(raw)
+    result.text = clean_output(raw)
+    if problems:
+        result.info["output_problems"] = problems
+    return result
