@@ -10,7 +10,7 @@ from agentr1_core.config import load_config
 from agentr1_core.plugins import configure_registry
 from agentr1_core.runner import check_components
 
-from conftest import DATA
+DATA = Path(__file__).parent / "data" / "alfworld"
 
 RECIPE = Path(__file__).resolve().parents[3] / "configs" / "alfworld.yaml"
 

@@ -14,7 +14,7 @@ from agentr1_core.testing import check_env
 from agentr1_env_alfworld.env import AlfworldEnv
 from agentr1_env_alfworld.rewards import alfworld_won
 
-from conftest import run
+from agentr1_core.testing import run_async as run
 
 
 def act(text: str) -> Action:

@@ -12,7 +12,7 @@ from agentr1_core.mdp import Action
 from agentr1_env_alfworld.env import AlfworldEnv
 from agentr1_env_alfworld.pool import GamePool
 
-from conftest import run
+from agentr1_core.testing import run_async as run
 
 
 def act(text: str) -> Action:

@@ -14,7 +14,7 @@ from agentr1_core.config import ConfigError
 from agentr1_env_alfworld.datasets import TASK_TYPES, load_alfworld
 from agentr1_env_alfworld.prompt import parse_command, render_user_message, split_intro
 
-from conftest import DATA
+DATA = Path(__file__).parent / "data" / "alfworld"
 
 
 def test_loader_reads_every_shipped_game_with_its_task_type_and_goal(rows):
