@@ -15,7 +15,8 @@ from agentr1_core.config import COMPONENT_KEYS, component
 from agentr1_core.plugins import Registry, configure_registry
 
 # Parameters the framework passes itself (not from the config) to each kind of factory.
-RESERVED = {"engine": {"model", "tokenizer"}, "agent_flow": {"ctx"}, "trainer": {"config", "registry"}}
+RESERVED = {"engine": {"model", "tokenizer"}, "agent_flow": {"ctx"}, "trainer": {"config", "registry"},
+            "reward": {"trajectory", "traj", "row"}}  # a function-style reward gets these per call
 
 
 def check_components(cfg: DictConfig, registry: Registry) -> None:

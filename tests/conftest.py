@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+pytest_plugins = ["agentr1_core.testing.fixtures"]
+
 
 @pytest.fixture(scope="session")
 def smol_model_and_tokenizer():

@@ -170,3 +170,23 @@ def test_step_result_and_action_validation():
     with pytest.raises(ValueError):
         Observation(text="a", token_ids=[1])
     assert StepResult(observation=None).reward == 0.0
+
+
+def test_function_style_reward_and_in_process_plugin(tmp_path, monkeypatch, agentr1_registry):
+    from agentr1_core import RewardSpec, hookimpl
+    from agentr1_core.config import load_config
+    from agentr1_core.runner import check_components
+
+    (tmp_path / "my_rewards.py").write_text("def longest(trajectory, row, scale: float = 1.0):\n"
+                                            "    return scale * len(trajectory.steps)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    class Plugin:
+        @hookimpl
+        def agentr1_rewards(self):
+            return [RewardSpec("longest", "my_rewards:longest", "episode length")]
+
+    agentr1_registry.register_module(Plugin(), name="mine")
+    check_components(load_config(None, ["reward.name=longest", "reward.scale=2"]), agentr1_registry)
+    with pytest.raises(Exception, match="reward.scale: expected float"):
+        check_components(load_config(None, ["reward.name=longest", "reward.scale=big"]), agentr1_registry)
