@@ -90,7 +90,7 @@ def config_file(tmp_path):
                               "(agentr1_good_missing_dependency:Tool): ModuleNotFoundError"),
     (["env.tools=[{name: calculator}]", "env.tools.0.timeout=x"],
      "config error at env.tools[0].timeout: expected float, got str 'x'"),
-    (["reward.name=nope"], "unknown reward 'nope'; valid: answer_match"),  # then any plugin rewards
+    (["reward.name=nope"], "unknown reward 'nope'; valid: "),
     (["agent_flow.name=null"], "config error at agent_flow: a component needs a 'name'"),
     (["oops"], "override 'oops' must look like key.path=value"),
 ])
