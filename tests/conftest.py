@@ -17,3 +17,11 @@ def smol_model_and_tokenizer():
 @pytest.fixture(scope="session")
 def smol_tokenizer(smol_model_and_tokenizer):
     return smol_model_and_tokenizer[1]
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, smol_tokenizer) -> str:
+    """A tiny random Llama (2 layers, hidden 32) with the real SmolLM2 tokenizer, saved to a folder."""
+    from agentr1_core.testing.models import save_tiny_llama
+
+    return save_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), smol_tokenizer)

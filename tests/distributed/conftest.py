@@ -11,19 +11,10 @@ import pytest
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory, smol_tokenizer):
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from agentr1_core.testing.models import save_tiny_llama
 
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    tok = smol_tokenizer
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=2048,
-                      tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                      pad_token_id=tok.pad_token_id)
-    torch.manual_seed(0)
-    LlamaForCausalLM(cfg).save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return str(folder)
+    return save_tiny_llama(tmp_path_factory.mktemp("tiny-llama-128"), smol_tokenizer, hidden_size=128, num_heads=2,
+                           num_kv_heads=1)
 
 
 @pytest.fixture(scope="module")
