@@ -1,0 +1,120 @@
+"""Update throughput of the local trainer as a fraction of this machine's fp32 matmul peak, measured in one run.
+
+One command: ``python bench/bench_peer_update.py``.
+
+* Peak: ``torch.mm`` on square fp32 matrices (sizes ``--sizes``), ``2·n³`` FLOPs each, best of ``--reps``; measured
+  right before and right after the update, the higher of the two is the peak.
+* Update: the RL policy update of the default task (``policy_update``: forward with log-probs and entropy, GRPO
+  loss, backward, AdamW step; micro-batches of ``trainer.micro_batch_size`` step rows) on the step rows of real
+  2-turn calculator episodes of the default task (the scripted expert's episodes: real prompts through the real
+  chat template, no generation needed). All parameters are trained (``trainer.train_layers=0``) so that the usual
+  ``6·N·tokens`` count applies: ``N`` = every parameter of the model (the tied embedding counted once), tokens = the
+  non-padding tokens the update forwards (prompt + response of every step row). The advantages come from random
+  rewards: their values do not change the work done. A second column counts ``N`` without the embedding matrix,
+  since the language-model head runs only over response positions (``logits_to_keep``).
+
+Writes ``bench/results/peer_update.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from common import default_config, load_avg, machine_info, make_trainer, print_table, quiet, task_rows, write_result
+
+
+def matmul_peak(sizes: list[int], reps: int) -> dict:
+    import torch
+
+    best = {}
+    for n in sizes:
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        torch.mm(a, b)  # warm-up
+        times = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            torch.mm(a, b)
+            times.append(time.perf_counter() - t0)
+        best[n] = 2 * n**3 / min(times) / 1e9
+    return {"gflops_by_size": {str(k): round(v, 1) for k, v in best.items()}, "gflops": round(max(best.values()), 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--episodes", type=int, default=12)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--sizes", default="1024,2048,3072")
+    parser.add_argument("--reps", type=int, default=5)
+    args = parser.parse_args()
+
+    import torch
+
+    from agentr1_core.trainers.batching import build_step_batch, trajectories_to_rows
+    from agentr1_core.trainers.update import policy_update, score_batch
+
+    torch.set_num_threads(args.threads)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    result = {"benchmark": "peer_update", "machine": machine_info(), "load_avg_start": load_avg(),
+              "threads": args.threads, "flops_formula": "6 * N * tokens (forward 2N + backward 4N per token)"}
+    cfg = default_config(["trainer.train_layers=0", "validation.max_rows=0", f"trainer.threads={args.threads}"])
+    trainer = make_trainer(cfg)
+    try:
+        with quiet():
+            trajs, _ = trainer.rollout(task_rows(args.episodes, split="train"), 1, trainer.sampling, policy="expert")
+        steps = trajectories_to_rows(trajs).rows
+        gen = torch.Generator().manual_seed(0)
+        for r in steps:
+            r.reward = float(torch.rand(1, generator=gen))
+        batch = build_step_batch(steps)
+        tr = cfg.trainer
+        temp = float(cfg.rollout.temperature)
+        score_batch(trainer.policy, steps, batch, int(tr.micro_batch_size), temp, True, False, False)
+        adv = trainer.algorithm.compute_advantages(batch)
+
+        def update(rows_subset):
+            sub = build_step_batch(rows_subset, width=batch.action_mask.shape[1])
+            sub.old_logprobs = batch.old_logprobs[: len(rows_subset)]
+            return policy_update(trainer.policy, trainer.algorithm, trainer.optimizer, rows_subset, sub,
+                                 adv.advantages[: len(rows_subset)], adv.returns[: len(rows_subset)],
+                                 int(tr.micro_batch_size), 1, 1, temp, float(tr.max_grad_norm))
+
+        update(steps[: int(tr.micro_batch_size)])  # warm-up: one micro-batch
+        peak_before = matmul_peak(sizes, args.reps)
+        load_before = load_avg()[0]
+        metrics = update(steps)
+        peak_after = matmul_peak(sizes, args.reps)
+    finally:
+        trainer.close()
+    model = trainer.policy.model
+    n_all = sum(p.numel() for p in model.parameters())
+    n_embed = model.get_input_embeddings().weight.numel()
+    tokens, tok_s = metrics["update_tokens"], metrics["update_tok_s"]
+    peak = max(peak_before["gflops"], peak_after["gflops"])
+    achieved = 6 * n_all * tok_s / 1e9
+    achieved_nonembed = 6 * (n_all - n_embed) * tok_s / 1e9
+    prompt_lens = [len(r.prompt_ids) for r in steps]
+    result.update({
+        "step_rows": len(steps), "update_tokens": tokens, "update_seconds": round(tokens / tok_s, 2),
+        "update_tok_s": round(tok_s, 1), "mean_prompt_tokens": round(sum(prompt_lens) / len(prompt_lens), 1),
+        "mean_response_tokens": round(sum(len(r.response_ids) for r in steps) / len(steps), 1),
+        "micro_batch_size": int(cfg.trainer.micro_batch_size), "params_all": n_all, "params_embedding": n_embed,
+        "matmul_peak_before": peak_before, "matmul_peak_after": peak_after, "matmul_peak_gflops": peak,
+        "achieved_gflops_6N": round(achieved, 1), "fraction_of_peak_6N": round(achieved / peak, 3),
+        "achieved_gflops_6N_nonembedding": round(achieved_nonembed, 1),
+        "fraction_of_peak_6N_nonembedding": round(achieved_nonembed / peak, 3),
+        "load_avg_1m_before_update": load_before, "load_avg_end": load_avg(),
+        "optimizer_steps": metrics["optimizer_steps"],
+    })
+    print_table(["update tok/s", "tokens", "matmul peak GFLOP/s", "6N GFLOP/s", "of peak", "6N(non-emb) of peak",
+                 "load"],
+                [[result["update_tok_s"], tokens, peak, result["achieved_gflops_6N"], result["fraction_of_peak_6N"],
+                  result["fraction_of_peak_6N_nonembedding"], load_before]])
+    print(f"wrote {write_result('peer_update', result)}")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    main()

@@ -1,0 +1,81 @@
+"""Draws ``docs/benchmarks.png`` from the peer benchmark results in ``bench/results/peer_*.json``.
+
+One command: ``python bench/plot_peer.py``. Panels whose result file is missing are left out. Small on purpose
+(one PNG, 100 dpi).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+
+
+def load(name: str) -> dict | None:
+    path = RESULTS / f"peer_{name}.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def main() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data = {k: load(k) for k in ("rollout", "scaling", "iteration", "update", "context")}
+    panels = [k for k, v in data.items() if v]
+    if not panels:
+        sys.exit("no bench/results/peer_*.json yet")
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 3.0))
+    axes = [axes] if len(panels) == 1 else list(axes)
+    for ax, key in zip(axes, panels):
+        d = data[key]
+        if key == "rollout":
+            rows = {k: v for k, v in d["results"].items() if "tokens_per_s" in v}
+            ax.bar(list(rows), [v["tokens_per_s"] for v in rows.values()], color="tab:blue")
+            ax.set_title("multi-turn rollout", fontsize=9)
+            ax.set_ylabel("generated tok/s")
+        elif key == "scaling":
+            for label in sorted({k.split("@")[0] for k in d["results"]}):
+                pts = sorted((v["concurrent_episodes"], v["tokens_per_s"]) for k, v in d["results"].items()
+                             if k.startswith(label + "@"))
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("concurrent episodes")
+            ax.set_ylabel("generated tok/s")
+            ax.set_title("rollout scaling", fontsize=9)
+            ax.legend(fontsize=7)
+        elif key == "iteration":
+            sides = d["sides"]
+            ax.bar(list(sides), [v["median_iteration_s"] for v in sides.values()], color="tab:orange")
+            ax.set_ylabel("s per RL iteration")
+            ax.set_title(f"GRPO iteration ({d['completions_per_iteration']}x{d['max_new_tokens']} tok)", fontsize=9)
+        elif key == "update":
+            ax.bar(["matmul peak", "update (6N)"], [d["matmul_peak_gflops"], d["achieved_gflops_6N"]],
+                   color=["grey", "tab:green"])
+            ax.set_ylabel("GFLOP/s (fp32)")
+            ax.set_title(f"update: {100 * d['fraction_of_peak_6N']:.0f}% of peak", fontsize=9)
+        elif key == "context":
+            for w in sorted({r.get("window_size", 2) for r in d["rows"]}, reverse=True):
+                rows = [r for r in d["rows"] if r.get("window_size", 2) == w]
+                ax.plot([r["turns"] for r in rows], [r["window"]["prompt_tokens_per_episode"] for r in rows],
+                        marker="o", label=f"window={w}")
+            rows = [r for r in d["rows"] if r.get("window_size", 2) == d["rows"][0].get("window_size", 2)]
+            ax.plot([r["turns"] for r in rows], [r["append"]["prompt_tokens_per_episode"] for r in rows],
+                    marker="s", label="append (flattened)")
+            ax.set_xlabel("turns")
+            ax.set_ylabel("prompt tokens / episode")
+            ax.set_title("context per episode", fontsize=9)
+            ax.legend(fontsize=7)
+        ax.tick_params(labelsize=7)
+    fig.tight_layout()
+    out = ROOT / "docs" / "benchmarks.png"
+    fig.savefig(out, dpi=100)
+    print(f"wrote {out} ({out.stat().st_size // 1024} KiB)")
+
+
+if __name__ == "__main__":
+    main()
