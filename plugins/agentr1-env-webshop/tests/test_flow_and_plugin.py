@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
+import sys
 import subprocess
 from pathlib import Path
 
@@ -41,8 +41,8 @@ def test_expert_episodes_through_agent_env_loop(smollm2_tokenizer):
 
 
 def test_plugin_listed_by_installed_cli():
-    exe = shutil.which("agentr1-core")
-    assert exe, "agentr1-core is not installed"
+    exe = Path(sys.executable).parent / "agentr1-core"  # the console script installed beside this interpreter
+    assert exe.is_file(), "agentr1-core is not installed"
     out = subprocess.run([exe, "plugins", "--json"], capture_output=True, text=True, timeout=120, check=True)
     plugins = {p["plugin"]: p for p in json.loads(out.stdout)["plugins"]}
     entry = plugins["webshop"]
