@@ -11,7 +11,9 @@ One command: ``python bench/bench_peer_update.py``.
   ``6·N·tokens`` count applies: ``N`` = every parameter of the model (the tied embedding counted once), tokens = the
   non-padding tokens the update forwards (prompt + response of every step row). The advantages come from random
   rewards: their values do not change the work done. A second column counts ``N`` without the embedding matrix,
-  since the language-model head runs only over response positions (``logits_to_keep``).
+  since the language-model head runs only over response positions (``logits_to_keep``). The peak is a best-of
+  figure; so that a busy moment on a shared machine does not decide the ratio alone, the rows are then updated
+  again one micro-batch per optimizer step and the best micro-batch is reported too.
 
 Writes ``bench/results/peer_update.json``.
 """
@@ -81,10 +83,13 @@ def main() -> None:
                                  adv.advantages[: len(rows_subset)], adv.returns[: len(rows_subset)],
                                  int(tr.micro_batch_size), 1, 1, temp, float(tr.max_grad_norm))
 
-        update(steps[: int(tr.micro_batch_size)])  # warm-up: one micro-batch
+        mb = int(tr.micro_batch_size)
+        update(steps[:mb])  # warm-up: one micro-batch
         peak_before = matmul_peak(sizes, args.reps)
         load_before = load_avg()[0]
         metrics = update(steps)
+        # the same rows again, one optimizer step per micro-batch: a best-of figure, like the matmul peak's
+        chunks = [update(steps[i:i + mb]) for i in range(0, len(steps) - mb + 1, mb)]
         peak_after = matmul_peak(sizes, args.reps)
     finally:
         trainer.close()
@@ -95,6 +100,8 @@ def main() -> None:
     peak = max(peak_before["gflops"], peak_after["gflops"])
     achieved = 6 * n_all * tok_s / 1e9
     achieved_nonembed = 6 * (n_all - n_embed) * tok_s / 1e9
+    best_tok_s = max(c["update_tok_s"] for c in chunks)
+    achieved_best = 6 * n_all * best_tok_s / 1e9
     prompt_lens = [len(r.prompt_ids) for r in steps]
     result.update({
         "step_rows": len(steps), "update_tokens": tokens, "update_seconds": round(tokens / tok_s, 2),
@@ -105,13 +112,16 @@ def main() -> None:
         "achieved_gflops_6N": round(achieved, 1), "fraction_of_peak_6N": round(achieved / peak, 3),
         "achieved_gflops_6N_nonembedding": round(achieved_nonembed, 1),
         "fraction_of_peak_6N_nonembedding": round(achieved_nonembed / peak, 3),
+        "micro_batch_updates_tok_s": [round(c["update_tok_s"], 1) for c in chunks],
+        "best_micro_batch_tok_s": round(best_tok_s, 1), "achieved_gflops_6N_best": round(achieved_best, 1),
+        "fraction_of_peak_6N_best": round(achieved_best / peak, 3),
         "load_avg_1m_before_update": load_before, "load_avg_end": load_avg(),
         "optimizer_steps": metrics["optimizer_steps"],
     })
     print_table(["update tok/s", "tokens", "matmul peak GFLOP/s", "6N GFLOP/s", "of peak", "6N(non-emb) of peak",
-                 "load"],
+                 "best micro-batch of peak", "load"],
                 [[result["update_tok_s"], tokens, peak, result["achieved_gflops_6N"], result["fraction_of_peak_6N"],
-                  result["fraction_of_peak_6N_nonembedding"], load_before]])
+                  result["fraction_of_peak_6N_nonembedding"], result["fraction_of_peak_6N_best"], load_before]])
     print(f"wrote {write_result('peer_update', result)}")
 
 
