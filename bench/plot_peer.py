@@ -50,7 +50,13 @@ def main() -> None:
             ax.legend(fontsize=7)
         elif key == "iteration":
             sides = d["sides"]
-            ax.bar(list(sides), [v["median_iteration_s"] for v in sides.values()], color="tab:orange")
+            xs = range(len(sides))
+            ax.bar([x - 0.2 for x in xs], [v["median_iteration_s"] for v in sides.values()], width=0.4,
+                   color="tab:orange", label="median")
+            ax.bar([x + 0.2 for x in xs], [min(v["iteration_seconds"]) for v in sides.values()], width=0.4,
+                   color="tab:olive", label="fastest")
+            ax.set_xticks(list(xs), list(sides))
+            ax.legend(fontsize=7)
             ax.set_ylabel("s per RL iteration")
             ax.set_title(f"GRPO iteration ({d['completions_per_iteration']}x{d['max_new_tokens']} tok)", fontsize=9)
         elif key == "update":
