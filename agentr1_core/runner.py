@@ -7,6 +7,8 @@ loaded.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -33,6 +35,18 @@ def check_components(cfg: DictConfig, registry: Registry) -> None:
         node = OmegaConf.to_container(tool) if not isinstance(tool, str) else {"name": tool}
         node = dict(node)
         registry.validate("tool", str(node.pop("name", "")), node, f"env.tools[{i}]")
+
+
+def build_reward_fn(cfg: DictConfig, registry: Registry) -> Any:
+    """The configured reward as a callable ``fn(trajectory, row)``, or None: a class-style reward is instantiated
+    with its params, a function-style one gets its params bound."""
+    if OmegaConf.select(cfg, "reward") is None:
+        return None
+    name, params = component(cfg, "reward")
+    factory = registry.load("reward", name)
+    if inspect.isclass(factory):
+        return registry.build("reward", name, params, where="reward")
+    return functools.partial(factory, **params)
 
 
 def run(cfg: DictConfig) -> Any:

@@ -15,8 +15,6 @@ run. ``crash_after(k)`` exists for failure drills: the process exits once ``k`` 
 from __future__ import annotations
 
 import asyncio
-import functools
-import inspect
 import os
 import time
 from typing import Any
@@ -50,6 +48,8 @@ class RolloutWorker:
     def _build(self, component: Any) -> None:
         from omegaconf import OmegaConf
 
+        from agentr1_core.runner import build_reward_fn
+
         cfg = self.cfg
         name, params = component(cfg, "engine")
         spec = self.registry.get("engine", name)
@@ -82,14 +82,7 @@ class RolloutWorker:
             self.tokenizer = tokenizer
         self.env_config = OmegaConf.to_container(cfg.env, resolve=True)
         self.flow_name, self.flow_params = component(cfg, "agent_flow")
-        self.reward_fn = None
-        if OmegaConf.select(cfg, "reward") is not None:
-            rname, rparams = component(cfg, "reward")
-            factory = self.registry.load("reward", rname)
-            if inspect.isclass(factory):
-                self.reward_fn = self.registry.build("reward", rname, rparams, where="reward")
-            else:
-                self.reward_fn = functools.partial(factory, **rparams)
+        self.reward_fn = build_reward_fn(cfg, self.registry)
 
     # -- calls -------------------------------------------------------------------------------------------------
     def info(self) -> dict[str, Any]:

@@ -28,8 +28,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
-import functools
-import inspect
 import json
 import random
 import time
@@ -49,6 +47,7 @@ from agentr1_core.trainers.batching import build_step_batch, trajectories_to_row
 from agentr1_core.trainers.metrics import peak_rss_mb, rollout_metrics, validation_metrics
 from agentr1_core.trainers.seeding import EpisodeSeededEngine
 from agentr1_core.trainers.update import Policy, policy_update, score_batch, sft_update
+from agentr1_core.runner import build_reward_fn
 
 
 def resolve_device(device: str) -> str:
@@ -171,14 +170,7 @@ class LocalTrainer:
         cfg = self.cfg
         self.env_config = OmegaConf.to_container(cfg.env, resolve=True)
         self.flow_name, self.flow_params = component(cfg, "agent_flow")
-        self.reward_fn = None
-        if OmegaConf.select(cfg, "reward") is not None:
-            name, params = component(cfg, "reward")
-            factory = self.registry.load("reward", name)
-            if inspect.isclass(factory):
-                self.reward_fn = self.registry.build("reward", name, params, where="reward")
-            else:
-                self.reward_fn = functools.partial(factory, **params)
+        self.reward_fn = build_reward_fn(cfg, self.registry)
         name, params = component(cfg, "algorithm")
         self.algorithm = self.registry.build("algorithm", name, params, where="algorithm")
         ro = cfg.rollout

@@ -19,7 +19,6 @@ from omegaconf import OmegaConf
 from agentr1_core.config import load_config
 from agentr1_core.lifecycle.metrics import read_metrics
 from agentr1_core.testing import faults
-from agentr1_core.testing.fixtures import agentr1_registry  # noqa: F401  (fixture)
 from agentr1_core.trainers.local import LocalTrainer
 
 
