@@ -2,9 +2,9 @@
 
 Only the 140 valid_seen games may be at hand (ALFWorld's 3,553 training games are a large download), so a recipe
 that trains and evaluates on one folder needs a split by game that never puts a game on both sides. The games are
-sorted by file path and taken per task type; within each task type every ``heldout_every``-th game (the 1st,
-(k+1)-th, ...) is held out and the rest are training games, so every task type appears on both sides in about the
-same proportion. ``part`` picks the side. Rows are those of the ``alfworld`` loader (task type as ``data_source``).
+sorted by file path, which groups them by task type (the task folder's name starts with it); every
+``heldout_every``-th game of that list (the 1st, (k+1)-th, ...) is held out and the rest are training games, so
+each task type lands on both sides in about the same proportion. ``part`` picks the side. Rows are those of the ``alfworld`` loader (task type as ``data_source``).
 This module does not read or parse game files itself; it only partitions the rows that loader returns.
 """
 
@@ -20,12 +20,9 @@ PARTS = ("train", "heldout")
 
 
 def split_games(rows: list[dict[str, Any]], heldout_every: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """``(train, heldout)``: within each task type (in path order) every ``heldout_every``-th game is held out."""
-    seen: dict[str, int] = {}
+    """``(train, heldout)``: in path order, every ``heldout_every``-th game is held out, the others train."""
     train, heldout = [], []
-    for row in sorted(rows, key=lambda r: r["gamefile"]):
-        index = seen.get(row["data_source"], 0)
-        seen[row["data_source"]] = index + 1
+    for index, row in enumerate(sorted(rows, key=lambda r: r["gamefile"])):
         (heldout if index % heldout_every == 0 else train).append(row)
     return train, heldout
 

@@ -1,7 +1,8 @@
 """The CPU recipe (configs/alfworld-cpu.yaml) end to end at smoke size with the real SmolLM2-135M-Instruct on the
-six shipped games: validation before SFT, the walkthrough warm start, one GRPO iteration, validation after SFT and
-after RL, per task type. Also the game split the recipe relies on: training and held-out games never overlap.
-Sizes are cut to a few minutes; the recipe's own sizes are measured in docs/recipes.md, not here."""
+six shipped games (4 training, 2 held out by the recipe's game split): validation before SFT, the walkthrough warm
+start, one GRPO iteration, validation after SFT and after RL, per task type. Also the game split the recipe relies
+on: training and held-out games never overlap. Sizes are cut to a few minutes; the recipe's own sizes are measured
+in docs/recipes.md, not here."""
 
 from __future__ import annotations
 
@@ -17,16 +18,17 @@ DATA = Path(__file__).parent / "data" / "alfworld"
 RECIPE = Path(__file__).resolve().parents[3] / "configs" / "alfworld-cpu.yaml"
 
 
-def test_game_split_is_disjoint_and_stratified_by_task_type():
-    rows = load_alfworld(str(DATA))
-    # six games, one per task type, copied three times under distinct fake paths: 3 games per task type
-    many = [dict(r, gamefile=f"{r['gamefile']}#{i}") for r in rows for i in range(3)]
-    train, heldout = split_games(many, heldout_every=3)
-    assert len(heldout) == 6 and len(train) == 12
+def test_game_split_is_disjoint_and_covers_every_game():
+    rows = load_alfworld(str(DATA))  # six games, one per task type
+    train, heldout = split_games(rows, heldout_every=3)
+    assert len(heldout) == 2 and len(train) == 4  # games 0 and 3 of the path-sorted list are held out
     assert {r["gamefile"] for r in train}.isdisjoint({r["gamefile"] for r in heldout})
-    assert {r["data_source"] for r in heldout} == {r["data_source"] for r in rows}  # every task type held out once
-    assert load_alfworld_split(str(DATA), part="heldout", heldout_every=2) != []
-    assert load_alfworld_split(str(DATA), part="train", heldout_every=2) == []  # one game per type: all held out
+    assert {r["gamefile"] for r in train + heldout} == {r["gamefile"] for r in rows}
+    loaded = load_alfworld_split(str(DATA), part="heldout", heldout_every=3)
+    assert [r["gamefile"] for r in loaded] == [r["gamefile"] for r in heldout]
+    assert len(load_alfworld_split(str(DATA), part="train", heldout_every=2, limit=1)) == 1
+    with pytest.raises(Exception, match="part"):
+        load_alfworld_split(str(DATA), part="test")
 
 
 @pytest.mark.slow
@@ -37,10 +39,6 @@ def test_alfworld_cpu_recipe_runs_end_to_end_at_smoke_size(tmp_path, monkeypatch
     run_dir = tmp_path / "run"
     overrides = [
         f"run_dir={run_dir}",
-        # the six shipped games are one per task type, so the recipe's split would hold all of them out: here the
-        # plain loader feeds both sides (a smoke run checks the pipeline, not held-out success)
-        f"data.train={{name: alfworld, path: '{DATA}', shuffle: true, seed: 0}}",
-        f"data.val={{name: alfworld, path: '{DATA}'}}",
         "env.max_steps=4", "env.workers=1", "rollout.max_turns=4", "validation.max_rows=2",
         "sft.rows=2", "sft.epochs=1", "sft.batch_size=4", "rollout.batch_size=1", "rollout.n=2",
         "trainer.total_steps=1", "trainer.micro_batch_size=4", "trainer.train_layers=2", "trainer.threads=1",

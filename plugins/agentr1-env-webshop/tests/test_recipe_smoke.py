@@ -23,12 +23,11 @@ def test_webshop_cpu_recipe_runs_end_to_end_at_smoke_size(tmp_path):
     overrides = [
         f"run_dir={run_dir}",
         f"env.products={DATA / 'products_slice.jsonl'}", f"env.prices={DATA / 'prices_slice.json'}",
-        "env.max_steps=4",
         # the slice has 26 goals: the first 2 (in WebShop's shuffled order) are held out, the rest train
         f"data.train.goals={goals}", "data.train.split=all", "data.train.start=2",
         f"data.val.goals={goals}", "data.val.split=all", "data.val.end=2",
         "validation.max_rows=2", "sft.rows=2", "sft.epochs=1", "sft.batch_size=4",
-        "rollout.batch_size=1", "rollout.n=2", "rollout.max_turns=4",
+        "rollout.batch_size=1", "rollout.n=2",
         "trainer.total_steps=1", "trainer.micro_batch_size=4", "trainer.train_layers=2", "trainer.threads=1",
     ]
     assert main(["run", str(RECIPE), *overrides]) == 0
