@@ -4,8 +4,9 @@ Only the 140 valid_seen games may be at hand (ALFWorld's 3,553 training games ar
 that trains and evaluates on one folder needs a split by game that never puts a game on both sides. The games are
 sorted by file path, which groups them by task type (the task folder's name starts with it); every
 ``heldout_every``-th game of that list (the 1st, (k+1)-th, ...) is held out and the rest are training games, so
-each task type lands on both sides in about the same proportion. ``part`` picks the side. Rows are those of the ``alfworld`` loader (task type as ``data_source``).
-This module does not read or parse game files itself; it only partitions the rows that loader returns.
+each task type lands on both sides in about the same proportion. ``part`` picks the side. Rows are those of the
+``alfworld`` loader (task type as ``data_source``); this module reads no game file itself, it only partitions the
+rows that loader returns.
 """
 
 from __future__ import annotations
