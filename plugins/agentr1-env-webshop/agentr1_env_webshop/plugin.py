@@ -1,9 +1,9 @@
-"""Registers the WebShop env and goal dataset with agentr1 (lazy factories: listing plugins imports nothing heavy)."""
+"""Registers the WebShop env, goal dataset and ``webshop_score`` reward with agentr1 (lazy factories: listing plugins imports nothing heavy)."""
 
 from __future__ import annotations
 
 from agentr1_core.hookspecs import hookimpl
-from agentr1_core.specs import DatasetSpec, EnvSpec
+from agentr1_core.specs import DatasetSpec, EnvSpec, RewardSpec
 
 
 @hookimpl
@@ -16,3 +16,9 @@ def agentr1_envs():
 def agentr1_datasets():
     return [DatasetSpec("webshop", "agentr1_env_webshop.data:load_goals",
                         "WebShop goals (synthetic or human) as rows, split by index ranges like the original")]
+
+
+@hookimpl
+def agentr1_rewards():
+    return [RewardSpec("webshop_score", "agentr1_env_webshop.score:webshop_score",
+                       "the WebShop purchase reward as the final reward (with the env's step_reward: false)")]

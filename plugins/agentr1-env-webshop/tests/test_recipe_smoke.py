@@ -5,6 +5,7 @@ in docs/recipes.md, not here."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -12,6 +13,31 @@ import pytest
 
 DATA = Path(__file__).parent / "data"
 RECIPE = Path(__file__).resolve().parents[3] / "configs" / "webshop-cpu.yaml"
+
+
+def test_purchase_reward_becomes_the_final_reward_once(make_env, synthetic_goals):
+    from agentr1_core.mdp import Action, Step, Trajectory
+    from agentr1_core.plugins import configure_registry
+    from agentr1_env_webshop.data import load_goals
+
+    row = load_goals(str(DATA / "goals_synthetic_slice.json"), split="all")[0]
+    env = make_env(step_reward=False, max_steps=10)
+
+    async def expert_episode():
+        await env.reset(row)
+        results = []
+        while not results or not (results[-1].done or results[-1].truncated):
+            results.append(await env.step(Action(env.expert_action(), [], [])))
+        return results
+
+    results = asyncio.run(expert_episode())
+    assert results[-1].done and [r.reward for r in results] == [0.0] * len(results)  # nothing paid in the steps
+    paid = results[-1].info["webshop_reward"]
+    assert 0.0 < paid <= 1.0
+    traj = Trajectory()
+    traj.steps = [Step([1], [2], [0.0], info=dict(r.info)) for r in results]
+    score = configure_registry([], []).load("reward", "webshop_score")  # through the installed entry point
+    assert score(traj, row) == paid and score(Trajectory(), row) == 0.0
 
 
 @pytest.mark.slow
@@ -37,7 +63,8 @@ def test_webshop_cpu_recipe_runs_end_to_end_at_smoke_size(tmp_path):
     for v in validations.values():
         assert v["cases"] == 2 and 0.0 <= v["reward_mean"] <= 1.0
     sft = next(r for r in records if r.get("event") == "sft")
-    assert sft["expert_episodes"] == 2 and sft["expert_success_rate"] > 0  # the expert buys through the real pages
+    # the expert buys through the real pages, and its purchase reward reaches the metrics as the final reward
+    assert sft["expert_episodes"] == 2 and sft["expert_success_rate"] > 0
     assert sft["weight_change"] > 0
     iters = [r for r in records if "iteration" in r and "event" not in r]
     assert [r["iteration"] for r in iters] == [1] and iters[0]["episodes"] == 2
