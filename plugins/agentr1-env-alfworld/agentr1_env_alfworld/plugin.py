@@ -6,6 +6,7 @@ Factories are lazy ``"module:attr"`` strings: listing plugins imports neither te
 from __future__ import annotations
 
 from agentr1_core.hookspecs import hookimpl
+from agentr1_core.named_configs import package_configs
 from agentr1_core.specs import DatasetSpec, EnvSpec, RewardSpec
 
 PKG = "agentr1_env_alfworld"
@@ -26,3 +27,8 @@ def agentr1_datasets():
 @hookimpl
 def agentr1_rewards():
     return [RewardSpec("alfworld_won", f"{PKG}.rewards:AlfworldWon", "1 if the ALFWorld goal was reached")]
+
+
+@hookimpl
+def agentr1_configs():
+    return package_configs(PKG)  # every agentr1_env_alfworld/configs/*.yaml, e.g. agentr1-core run alfworld

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
+import agentr1_env_alfworld
 from agentr1_core.config import ConfigError
 from agentr1_env_alfworld.datasets import TASK_TYPES, load_alfworld
 from agentr1_env_alfworld.prompt import parse_command, render_user_message, split_intro
 
-DATA = Path(__file__).parent / "data" / "alfworld"
+DATA = Path(agentr1_env_alfworld.__file__).parent / "data" / "alfworld_sample"  # shipped in the wheel
 
 
 def test_loader_reads_every_shipped_game_with_its_task_type_and_goal(rows):
