@@ -1,4 +1,4 @@
-"""Registers the ``alfworld`` env, the ``alfworld`` dataset loader and the ``alfworld_won`` reward.
+"""Registers the ``alfworld`` env, dataset loader, ``alfworld_won`` reward, ``alfworld prepare`` command and recipe.
 
 Factories are lazy ``"module:attr"`` strings: listing plugins imports neither textworld nor alfworld.
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from agentr1_core.hookspecs import hookimpl
 from agentr1_core.named_configs import package_configs
-from agentr1_core.specs import DatasetSpec, EnvSpec, RewardSpec
+from agentr1_core.specs import CommandSpec, DatasetSpec, EnvSpec, RewardSpec
 
 PKG = "agentr1_env_alfworld"
 
@@ -27,6 +27,12 @@ def agentr1_datasets():
 @hookimpl
 def agentr1_rewards():
     return [RewardSpec("alfworld_won", f"{PKG}.rewards:AlfworldWon", "1 if the ALFWorld goal was reached")]
+
+
+@hookimpl
+def agentr1_cli_commands():
+    return [CommandSpec("alfworld", f"{PKG}.prepare:register", "ALFWorld data: prepare (fetch the full games)",
+                        help="alfworld data: prepare")]
 
 
 @hookimpl

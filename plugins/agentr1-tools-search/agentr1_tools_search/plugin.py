@@ -46,7 +46,7 @@ def agentr1_rewards():
 @hookimpl
 def agentr1_cli_commands():
     return [CommandSpec("search", f"{PKG}.cli:register", "Build, serve and query search indexes",
-                        help="search indexes: index | serve | query")]
+                        help="search indexes: index | serve | query; prepare: the full HotpotQA data")]
 
 
 @hookimpl
