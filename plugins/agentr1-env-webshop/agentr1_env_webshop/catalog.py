@@ -27,8 +27,8 @@ def read_json_records(path: str | Path) -> list[dict[str, Any]]:
     file = Path(path)
     if not file.is_file():
         raise FileNotFoundError(
-            f"WebShop data file not found: {file} (set WEBSHOP_DATA to a folder with the WebShop files, "
-            "e.g. one written by `agentr1-core webshop prepare`, or unset it to use the sample shipped in the package)")
+            f"WebShop data file not found: {file} (set WEBSHOP_DATA to a folder with products_1k_processed.jsonl, "
+            "product_prices_seed0.json and goals_synthetic_derived_seed0.json, or unset it to use the shipped sample)")
     text = file.read_text(encoding="utf-8")
     if text.lstrip().startswith("["):
         return list(json.loads(text))
