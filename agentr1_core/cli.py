@@ -2,7 +2,8 @@
 
 User mistakes (unknown plugin name, bad config key, type or value, missing file, unwritable or occupied run
 directory, full disk, a usage mistake) print one line to stderr and exit with code 2, without a traceback; overrides
-may come before or after flags. A run stopped by SIGTERM/SIGINT at a safe point exits with 128 + the signal number. ``plugins`` imports no heavy library.
+may come before or after flags. A run stopped by SIGTERM/SIGINT at a safe point exits with 128 + the signal number.
+``plugins`` imports no heavy library.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 Components are chosen by name, ``{name: ..., **params}``; their params are checked against the factory's keyword
 arguments (``validate_params``). A YAML file may start from another with ``base: NAME_OR_PATH`` (a packaged config
-such as ``default`` or ``tiny``, or a path relative to the file). A layer or override that changes a component's ``name``
-(``env: {name: maze}`` over a base with ``tool_env``) starts that component afresh: the old one's params are not
-inherited; ``key.name=...`` overrides apply before the others. Every mistake becomes a ``ConfigError`` whose
+such as ``default`` or ``tiny``, or a path relative to the file). A layer or override that changes a component's
+``name`` (``env: {name: maze}`` over a base with ``tool_env``) starts that component afresh: the old one's params are
+not inherited; ``key.name=...`` overrides apply before the others. Every mistake becomes a ``ConfigError`` whose
 message is one line with the full key path; the CLI prints it and exits with code 2.
 """
 
