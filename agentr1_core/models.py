@@ -211,8 +211,12 @@ def load_model_and_tokenizer(path: str, dtype: Any = "float32", device: str = "c
         else:
             source = str(Path(path).expanduser())
     if source is not None:
-        tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, **kwargs)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+            model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, **kwargs)
+        except OSError as exc:  # not found on the hub, not a model folder, no network: one line
+            first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
+            raise ModelPathError(f"cannot load model {path!r}: {first}") from exc
     model = model.to(device=device, dtype=torch_dtype).eval()
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token

@@ -97,7 +97,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from agentr1_core.lifecycle.metrics import clean
     from agentr1_core.lifecycle.run_dir import saved_config
     from agentr1_core.plugins import configure_registry
-    from agentr1_core.runner import check_components
+    from agentr1_core.preflight import preflight
 
     config, overrides = _split_config_args(args.items)
     checkpoint = args.checkpoint
@@ -108,7 +108,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     else:
         cfg = load_config(config, overrides)
     registry = configure_registry(cfg.plugins.allow, cfg.plugins.block)
-    check_components(cfg, registry)
+    preflight(cfg, registry)
     t0 = time.perf_counter()
     report = evaluate(cfg, registry, checkpoint)
     print(f"[eval] checkpoint {report['checkpoint'] or 'none (the configured model as it is)'}", flush=True)
