@@ -21,6 +21,8 @@ REPO = Path(__file__).resolve().parents[2]
 CLI = str(Path(sys.executable).parent / "agentr1-core")
 ALFWORLD_DATA = REPO / "plugins" / "agentr1-env-alfworld" / "tests" / "data" / "alfworld"
 MAX_LINE = 400
+# the HotpotQA recipe: a file in this repository, or the packaged config of that name
+HOTPOTQA = str(REPO / "configs" / "hotpotqa.yaml") if (REPO / "configs" / "hotpotqa.yaml").is_file() else "hotpotqa"
 
 
 @dataclass
@@ -71,6 +73,8 @@ def _cases(ws: Path) -> list[Case]:
              ["config error at env:", "agentr1-tools-search"], env={"AGENTR1_PLUGINS_BLOCK": "agentr1-tools-search"}),
         Case("missing_corpus", ["run", "tiny", "env.name=search_qa", "env.tools=[{name: search, corpus: /nope.jsonl}]",
                                 r("ac")], ["/nope.jsonl"]),
+        Case("hotpotqa_recipe_missing_corpus", ["run", HOTPOTQA, "env.tools=[{name: search, corpus: /nope.jsonl}]",
+                                                r("aq")], ["config error at env:", "corpus file not found: /nope.jsonl"]),
         Case("missing_webshop_products", ["run", "tiny", "env={name: webshop, products: /nope.jsonl}", r("ad")],
              ["config error at env:", "/nope.jsonl"]),
         Case("missing_alfworld_data", ["run", "tiny", "env.name=alfworld", "data.train={name: alfworld, path: /nope}",
