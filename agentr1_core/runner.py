@@ -64,7 +64,8 @@ def check_components(cfg: DictConfig, registry: Registry) -> None:
     if tools is not None and not OmegaConf.is_list(tools):
         raise ConfigError("config error at env.tools: must be a list of tool names or {name: ..., ...} entries")
     for i, tool in enumerate(tools or []):
-        node = OmegaConf.to_container(tool) if not isinstance(tool, str) else {"name": tool}
+        node = {"name": tool} if isinstance(tool, str) else (
+            OmegaConf.to_container(tool) if OmegaConf.is_config(tool) else tool)
         if not isinstance(node, dict) or not node.get("name"):
             raise ConfigError(f"config error at env.tools[{i}]: each tool needs a name")
         node = dict(node)
