@@ -54,12 +54,13 @@ def test_run_dir_rule_fresh_used_overwrite_and_resume(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_rerun_into_a_used_run_dir_is_refused_then_overwritten_and_eval_export_use_the_saved_config(
-        tmp_path, tiny_run_config, capsys):
-    config = tiny_run_config("""\
-        stages: [rl]
-        validation: {every: 0}
-        trainer: {total_steps: 1, checkpoint_every: 0}
-        """)
+        tmp_path, tiny_model_dir, capsys):
+    config = tmp_path / "tiny.yaml"
+    config.write_text(OmegaConf.to_yaml({
+        "base": "tiny", "stages": ["rl"], "model": {"path": tiny_model_dir},
+        "rollout": {"max_new_tokens": 8}, "validation": {"every": 0, "max_rows": 2},
+        "trainer": {"total_steps": 1, "checkpoint_every": 0, "train_layers": 0, "min_free_gb": 0.01},
+    }))
     run_dir = tmp_path / "run"
     assert main(["run", str(config), f"run_dir={run_dir}"]) == 0
     first = (run_dir / "metrics.jsonl").read_text()
@@ -143,7 +144,8 @@ def test_a_run_whose_every_episode_hits_an_env_error_stops_with_the_first_error(
     registry = configure_registry()
     registry.register_module(faults, name="faults")
     trainer = LocalTrainer(load_config(str(path)), registry)
-    with pytest.raises(AllEpisodesFailed, match=r"iteration 1 .* 4 of 4.*injected env failure in step\(\)"):
+    with pytest.raises(AllEpisodesFailed, match=r"iteration 1 ended in an env error \(4 of 4\).*: "
+                                                r"RuntimeError: injected env failure in step\(\)"):
         trainer.fit()
     stopped = [r for r in read_metrics(tmp_path / "run") if r.get("event") == "stopped"]
     assert stopped and "injected env failure" in stopped[0]["first_errors"]["env_error"]
