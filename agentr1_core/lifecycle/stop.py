@@ -53,8 +53,9 @@ class GracefulStop:
             return
         from agentr1_core.lifecycle.checkpoint import latest_checkpoint
 
-        last = latest_checkpoint(trainer.run_dir)
-        if last is None or int(last.name.split("_")[-1]) != int(trainer.iteration):
-            last = trainer.save_checkpoint()
+        run_dir, save = getattr(trainer, "run_dir", None), getattr(trainer, "save_checkpoint", None)
+        last = latest_checkpoint(run_dir) if run_dir is not None else None
+        if callable(save) and (last is None or int(last.name.split("_")[-1]) != int(trainer.iteration)):
+            last = save()
         raise RunStopped(f"stopped by {signal.Signals(self.signum).name} after iteration {trainer.iteration}; "
                          f"checkpoint {last}; continue with --resume", self.signum)
