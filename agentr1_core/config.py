@@ -2,9 +2,11 @@
 
 Components are chosen by name, ``{name: ..., **params}``; their params are checked against the factory's keyword
 arguments (``validate_params``). A YAML file may start from another with ``base: NAME_OR_PATH`` (a named config
-that an installed distribution provides, such as ``default`` or ``webshop``, or a path relative to the file).
-Every mistake becomes a ``ConfigError`` whose message is one line with the full key path; the CLI prints it and
-exits with code 2.
+that an installed distribution provides, such as ``default`` or ``webshop``, or a path relative to the file). A layer
+or override that changes a component's ``name`` (``env: {name: maze}`` over a base with ``tool_env``) starts that
+component afresh: the old one's params are not inherited; ``key.name=...`` overrides apply before the others. Every
+mistake becomes a ``ConfigError`` whose message is one line with the full key path; the CLI prints it and exits with
+code 2.
 """
 
 from __future__ import annotations
@@ -132,6 +134,18 @@ COMPONENT_KEYS = {"engine": "engine", "env": "env", "agent_flow": "agent_flow", 
                   "algorithm": "algorithm", "trainer": "trainer", "data.train": "dataset", "data.val": "dataset"}
 
 
+SWITCHABLE_KEYS = tuple(k for k in COMPONENT_KEYS if k != "trainer")
+SWITCH_OVERRIDES = tuple(f"{k}.name" for k in SWITCHABLE_KEYS)
+
+
+def _switch_component(cfg: DictConfig, key: str, new_name: Any) -> None:
+    """When ``new_name`` differs from the component named at ``key``, empty the node so that the old component's
+    params do not leak into the new one."""
+    old_name = OmegaConf.select(cfg, f"{key}.name", default=None)
+    if new_name is not None and old_name is not None and str(new_name) != str(old_name):
+        OmegaConf.update(cfg, key, {}, merge=False)
+
+
 def _one_line(exc: OmegaConfBaseException) -> str:
     msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     key = getattr(exc, "full_key", None)
@@ -158,8 +172,11 @@ def _read_yaml(path: Path, depth: int = 0) -> list[DictConfig]:
         raise ConfigError(f"config {path}: 'base' chain is too deep (a cycle?)")
     try:
         cfg = OmegaConf.load(path)
-    except Exception as exc:  # yaml syntax errors
-        raise ConfigError(f"config {path}: cannot parse YAML: {str(exc).splitlines()[0]}") from exc
+    except Exception as exc:  # yaml syntax errors: file:line:column and the problem
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+        problem = getattr(exc, "problem", None) or (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise ConfigError(f"config {where}: cannot parse YAML: {problem}") from exc
     if not isinstance(cfg, DictConfig):
         raise ConfigError(f"config {path}: top level must be a mapping")
     base = cfg.pop("base", None)
@@ -174,10 +191,18 @@ def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] 
     if bad:
         raise ConfigError(f"override {bad[0]!r} must look like key.path=value")
     try:
-        cfg = OmegaConf.merge(OmegaConf.structured(RunConfig), *layers)
-        for item in overrides:  # one at a time, so that list items can be addressed: env.tools.0.top_k=5
-            key, _, raw = item.partition("=")
+        cfg = OmegaConf.structured(RunConfig)
+        for layer in layers:  # a layer that names another component replaces the node (no inherited params)
+            for key in SWITCHABLE_KEYS:
+                _switch_component(cfg, key, OmegaConf.select(layer, f"{key}.name", default=None))
+            cfg = OmegaConf.merge(cfg, layer)
+        for item in sorted(overrides, key=lambda o: o.partition("=")[0] not in SWITCH_OVERRIDES):
+            key, _, raw = item.partition("=")  # one at a time, so that list items can be addressed: env.tools.0.k=5
             value = OmegaConf.to_container(OmegaConf.from_dotlist([f"v={raw}"]))["v"]
+            if key in SWITCHABLE_KEYS and isinstance(value, dict):
+                _switch_component(cfg, key, value.get("name"))
+            elif key in SWITCH_OVERRIDES:
+                _switch_component(cfg, key.rsplit(".", 1)[0], value)
             parts = key.split(".")
             for depth in range(1, len(parts)):  # reward.name=x when reward is null: start an empty node
                 prefix = ".".join(parts[:depth])

@@ -40,6 +40,7 @@ from omegaconf import OmegaConf
 from agentr1_core.config import component
 from agentr1_core.flows import FlowContext
 from agentr1_core.lifecycle.checkpoint import check_run_dir, latest_checkpoint
+from agentr1_core.lifecycle.episode_errors import report_episode_errors
 from agentr1_core.lifecycle.metrics import MetricsLogger, console_line
 from agentr1_core.rollout.base import SamplingParams
 from agentr1_core.rollout.driver import current_episode_uid, rollout_async
@@ -47,6 +48,7 @@ from agentr1_core.trainers.batching import build_step_batch, trajectories_to_row
 from agentr1_core.trainers.metrics import peak_rss_mb, rollout_metrics, validation_metrics
 from agentr1_core.trainers.seeding import EpisodeSeededEngine
 from agentr1_core.trainers.update import Policy, policy_update, score_batch, sft_update
+from agentr1_core.preflight import take_rows
 from agentr1_core.runner import build_reward_fn
 
 
@@ -153,13 +155,15 @@ class LocalTrainer:
 
     def _build_data(self) -> None:
         name, params = component(self.cfg, "data.train")
-        self.train_rows = list(self.registry.build("dataset", name, params, where="data.train"))
+        self.train_rows = take_rows(name, params) or list(self.registry.build("dataset", name, params,
+                                                                              where="data.train"))
         if not self.train_rows:
             raise ValueError("data.train produced no rows")
         self.val_rows: list[dict[str, Any]] = []
         if OmegaConf.select(self.cfg, "data.val") is not None:
             name, params = component(self.cfg, "data.val")
-            self.val_rows = list(self.registry.build("dataset", name, params, where="data.val"))
+            self.val_rows = take_rows(name, params) or list(self.registry.build("dataset", name, params,
+                                                                                where="data.val"))
         limit = int(self.cfg.validation.max_rows)
         if limit > 0:
             self.val_rows = self.val_rows[:limit]
@@ -291,6 +295,7 @@ class LocalTrainer:
                                       desc=f"validate ({label})", prefix=f"val-{label}-")
         result = validation_metrics(trajs)
         result.update(label=label, seconds=seconds, iteration=self.iteration)
+        report_episode_errors(self, trajs, f"validation {label}", result)
         self.history.setdefault("validation", {})[label] = result
         self.writer.write({"event": "validation", **result})
         by = ", ".join(f"{k} {v['success_rate']:.3f}" for k, v in result["by_source"].items())
@@ -304,6 +309,7 @@ class LocalTrainer:
         rows = self.next_rows(min(int(sft.rows), len(self.train_rows)))
         trajs, seconds = self.rollout(rows, 1, self.sampling, policy="expert", desc="expert rollouts",
                                       prefix="sft-")
+        report_episode_errors(self, trajs, "sft expert rollouts")
         steps = trajectories_to_rows(trajs)
         for group in self.optimizer.param_groups[:1]:
             group["lr"] = float(sft.lr)
@@ -333,6 +339,7 @@ class LocalTrainer:
         trajs, seconds = self.rollout(rows, int(cfg.rollout.n), self.sampling, desc=f"rollout {self.iteration}",
                                       prefix=f"it{self.iteration}-")
         metrics: dict[str, Any] = {"iteration": self.iteration, **rollout_metrics(trajs, seconds)}
+        report_episode_errors(self, trajs, f"iteration {self.iteration}", metrics)
         steps = trajectories_to_rows(trajs)
         metrics.update(train_steps=len(steps.rows), nonfinite_logprob_steps=steps.nonfinite_logprob_steps)
         if steps.rows:
