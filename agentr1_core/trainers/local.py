@@ -172,6 +172,7 @@ class LocalTrainer:
 
     def _build_components(self) -> None:
         cfg = self.cfg
+        roles.check_recompute_mode(cfg.trainer.recompute_old_logprobs)  # bad input fails before the model loads
         self.env_config = OmegaConf.to_container(cfg.env, resolve=True)
         self.flow_name, self.flow_params = component(cfg, "agent_flow")
         self.reward_fn = build_reward_fn(cfg, self.registry)
@@ -247,9 +248,7 @@ class LocalTrainer:
         self.engine = self.registry.build("engine", name, params, where="engine", model=engine_model,
                                           tokenizer=tokenizer)
         self.trainable_params = sum(p.numel() for p in trainable)
-        self.recompute_old = roles.recompute_old_logprobs(
-            tr.recompute_old_logprobs, int(tr.update_epochs) > 1 or int(tr.mini_batches) > 1, self.engine,
-            engine_model)
+        self.engine_model = engine_model
         # Algorithms that judge the policy's tokens with another model (a distillation teacher) check the policy's
         # tokenizer here, at startup, before any rollout.
         bind_policy = getattr(self.algorithm, "bind_policy", None)
@@ -333,6 +332,17 @@ class LocalTrainer:
               f"{metrics['update_tok_s']:.0f} tok/s", flush=True)
         self.history["sft"] = record
         return record
+
+    @property
+    def recompute_old(self) -> bool:
+        """``trainer.recompute_old_logprobs`` resolved: ``auto`` recomputes when one rollout feeds several optimizer
+        steps or the rollouts do not come from this process's engine running the policy module (a subclass that
+        overrides ``rollout``, e.g. a pool of remote engines)."""
+        tr = self.cfg.trainer
+        own_rollouts = type(self).rollout is LocalTrainer.rollout
+        return roles.recompute_old_logprobs(tr.recompute_old_logprobs,
+                                            int(tr.update_epochs) > 1 or int(tr.mini_batches) > 1,
+                                            self.engine if own_rollouts else None, self.engine_model)
 
     def take_reference(self) -> None:
         """The KL reference is the policy as RL starts: copy it now unless a reference already exists (a named

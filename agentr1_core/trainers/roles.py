@@ -18,6 +18,7 @@ from typing import Any, Sequence
 
 import torch
 
+from agentr1_core.config import ConfigError
 from agentr1_core.trainers.batching import StepRow
 from agentr1_core.trainers.update import Critic, Policy, make_optimizer, state_values
 
@@ -52,7 +53,7 @@ def load_reference(path: str, tokenizer: Any, dtype: str, device: str) -> Any:
 
     model, ref_tok = load_model_and_tokenizer(path, dtype=dtype, device=device)
     if not same_vocabulary(tokenizer, ref_tok):
-        raise ValueError(f"trainer.ref_model {path!r} has a different tokenizer than the policy; the reference "
+        raise ConfigError(f"trainer.ref_model {path!r} has a different tokenizer than the policy; the reference "
                          "must score the policy's token ids")
     return frozen_copy(model)
 
@@ -65,7 +66,7 @@ def build_separate_critic(path: str, tokenizer: Any, dtype: str, device: str, lr
 
     model, critic_tok = load_model_and_tokenizer(path, dtype=dtype, device=device)
     if not same_vocabulary(tokenizer, critic_tok):
-        raise ValueError(f"critic.model {path!r} has a different tokenizer than the policy; the critic must read "
+        raise ConfigError(f"critic.model {path!r} has a different tokenizer than the policy; the critic must read "
                          "the policy's token ids")
     head = zero_value_head(model.config.hidden_size, device)
     params = [p for p in model.parameters() if p.requires_grad] + list(head.parameters())
@@ -86,12 +87,18 @@ def recompute_old_logprobs(mode: Any, several_steps: bool, engine: Any, engine_m
     ``auto``: yes when one rollout feeds several optimizer steps, or when the engine does not run the trainer's own
     module in the trainer's dtype (vLLM, a server, a copy, another precision): then the engine's log-probs are not
     the trainer's and the PPO/GSPO ratio would measure the engine mismatch instead of the update."""
-    mode = str(mode).strip().lower()
-    if mode not in RECOMPUTE_MODES:
-        raise ValueError(f"trainer.recompute_old_logprobs must be one of auto, true, false; got {mode!r}")
+    mode = check_recompute_mode(mode)
     if mode != "auto":
         return mode == "true"
     return several_steps or not engine_runs_module(engine, engine_model)
+
+
+def check_recompute_mode(mode: Any) -> str:
+    """``trainer.recompute_old_logprobs`` normalised to auto/true/false, or a one-line ``ConfigError``."""
+    text = str(mode).strip().lower()
+    if text not in RECOMPUTE_MODES:
+        raise ConfigError(f"trainer.recompute_old_logprobs must be one of auto, true, false; got {mode!r}")
+    return text
 
 
 def engine_runs_module(engine: Any, module: Any) -> bool:

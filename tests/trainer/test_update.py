@@ -12,6 +12,7 @@ import torch
 
 from agentr1_core.algorithms.components import ALGORITHM_CLASSES
 from agentr1_core.algorithms.gae import step_gae
+from agentr1_core.config import ConfigError
 from agentr1_core.mdp import Observation, Step, Trajectory
 from agentr1_core.trainers.batching import build_step_batch, collate, trajectories_to_rows
 from agentr1_core.trainers.forward import response_forward
@@ -167,7 +168,7 @@ def test_recompute_old_logprobs_auto(tiny_model):
     assert recompute_old_logprobs("auto", False, object(), tiny_model) is True
     assert recompute_old_logprobs("false", False, other, tiny_model) is False
     assert recompute_old_logprobs(True, False, own, tiny_model) is True
-    with pytest.raises(ValueError, match="auto, true, false"):
+    with pytest.raises(ConfigError, match="auto, true, false"):
         recompute_old_logprobs("sometimes", False, own, tiny_model)
 
 
