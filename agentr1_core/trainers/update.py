@@ -144,7 +144,7 @@ def guarded_step(optimizer: torch.optim.Optimizer, params: Sequence[torch.nn.Par
     optimizer.zero_grad(set_to_none=True)
 
 
-def critic_forward(policy: Policy, inputs: ModelInputs, width: int, temperature: float = 1.0,
+def forward_with_values(policy: Policy, inputs: ModelInputs, width: int, temperature: float = 1.0,
                    with_entropy: bool = False, with_values: bool = True) -> tuple[ForwardOutput, torch.Tensor | None]:
     """The policy forward (log-probs, optional entropy) and the critic's values of the same rows: from the head on
     the policy trunk (one pass) or from the separate critic model (a second pass)."""
@@ -225,7 +225,7 @@ def score_batch(policy: Policy, rows: Sequence[StepRow], batch: StepBatch, micro
         index = torch.tensor(idx, dtype=torch.long)
         if recompute_old or need_values:
             if recompute_old:
-                out, values = critic_forward(policy, inputs, width, temperature, with_values=need_values)
+                out, values = forward_with_values(policy, inputs, width, temperature, with_values=need_values)
                 gap.add(batch.old_logprobs[index], out.logprobs, batch.action_mask[index])
                 batch.old_logprobs[index] = out.logprobs.float().cpu()
             else:  # values only: the separate critic needs no policy forward
@@ -290,7 +290,7 @@ def policy_update(policy: Policy, algorithm: Algorithm, optimizer: torch.optim.O
                     sub.extras = {**sub.extras, "loss_denominators": denominators}
                 share = 1.0 if denominators is not None else len(idx) / len(mini)
                 inputs = collate([rows[i] for i in idx], policy.pad_id).to(policy.device)
-                out, values = critic_forward(policy, inputs, width, temperature, with_entropy=True,
+                out, values = forward_with_values(policy, inputs, width, temperature, with_entropy=True,
                                              with_values=use_critic)
                 if gap is not None and epoch == 0 and m == 0:
                     gap.add(sub.old_logprobs, out.logprobs, sub.action_mask)
