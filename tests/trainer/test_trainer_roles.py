@@ -41,6 +41,7 @@ def _trainable(trainer) -> dict[str, torch.Tensor]:
     return {n: p.detach().clone() for n, p in trainer.policy.model.named_parameters() if p.requires_grad}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
 def test_kl_reference_is_the_policy_when_rl_starts(tmp_path, tiny_model_dir, lora):
     extra = "model.lora.enabled=true\nmodel.lora.r=4\nmodel.lora.alpha=8" if lora else ""
