@@ -85,9 +85,10 @@ class TrainerConfig:
     max_grad_norm: float = 1.0
     micro_batch_size: int = 8  # steps per forward/backward
     mini_batches: int = 1  # optimizer steps per update pass
-    update_epochs: int = 1  # passes over one rollout batch (>1 recomputes old log-probs)
+    update_epochs: int = 1  # passes over one rollout batch
+    recompute_old_logprobs: str = "auto"  # auto | true | false (auto: several steps per rollout or a foreign engine)
     warmup_steps: int = 0
-    ref_model: bool = False  # keep a frozen reference for the KL term
+    ref_model: Any = False  # KL reference: true = the policy at the start of RL (also implied by kl_coef > 0); a path
     critic_lr: float = 1e-5
     value_coef: float = 1.0  # weight of the critic loss added to the policy loss
     train_layers: int = 0  # train only the top N decoder blocks (0: all); with LoRA, adapters only there
@@ -97,6 +98,15 @@ class TrainerConfig:
     resume: str = "never"  # never | auto (continue from the latest checkpoint in run_dir)
     min_free_gb: float = 1.0  # free disk space the run directory needs before training starts
     params: dict[str, Any] = field(default_factory=dict)  # backend-specific extras
+
+
+@dataclass
+class CriticConfig:
+    """``model: null``: a linear value head on the policy trunk (lr ``trainer.critic_lr``); a model path: a separate
+    critic model with its own optimizer (``lr``, default ``trainer.critic_lr``)."""
+
+    model: str | None = None
+    lr: float | None = None
 
 
 @dataclass
@@ -127,6 +137,7 @@ class RunConfig:
     validation: ValidationConfig = field(default_factory=ValidationConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    critic: CriticConfig = field(default_factory=CriticConfig)
     plugins: PluginsConfig = field(default_factory=PluginsConfig)
 
 
