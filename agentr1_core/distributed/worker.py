@@ -8,6 +8,14 @@ reaches the engine at once. Each call carries the trainer's latest weights as ``
 whose version differs (a fresh one, or one restarted after a crash) applies them first with the engine's
 ``sync_weights``.
 
+Engine failures. After each call the worker asks its engine whether it can still generate (an engine's
+``failure``, e.g. vLLM's core process died): if not, the call raises ``RolloutEngineError`` naming the engine and the
+cause, so the run stops instead of training on empty episodes. Episodes that ended with an engine error are counted
+(``engine_error_episodes``) and the engine's last error message is returned with them.
+
+Memory. ``sleep(level)`` / ``wake_up()`` pass through to engines that have them (the vLLM engine in sleep mode) and
+return False otherwise; ``run_episodes`` wakes a sleeping engine before it loads weights or generates.
+
 The class is plain Python; ``RolloutPool`` turns it into an async Ray actor, so ``progress`` answers while episodes
 run. ``crash_after(k)`` exists for failure drills: the process exits once ``k`` more episodes have finished.
 """
@@ -87,7 +95,25 @@ class RolloutWorker:
     # -- calls -------------------------------------------------------------------------------------------------
     def info(self) -> dict[str, Any]:
         return {"index": self.index, "pid": os.getpid(), "weights_version": self.weights_version,
-                "load_seconds": self.load_seconds, "calls": self.calls}
+                "load_seconds": self.load_seconds, "calls": self.calls,
+                "sleep_enabled": bool(getattr(self.engine, "sleep_enabled", False))}
+
+    def sleep(self, level: int | None = None) -> bool:
+        """Put the engine to sleep (frees its accelerator memory); False when the engine has no sleep mode."""
+        fn = getattr(self.engine, "sleep", None)
+        return bool(fn(level)) if fn is not None else False
+
+    def wake_up(self) -> bool:
+        fn = getattr(self.engine, "wake_up", None)
+        return bool(fn()) if fn is not None else False
+
+    def _check_engine(self) -> None:
+        from agentr1_core.distributed.pool import RolloutEngineError
+
+        failure = getattr(self.engine, "failure", None)
+        if failure:
+            raise RolloutEngineError(f"rollout worker {self.index}: engine {str(self.cfg.engine.name)!r} cannot "
+                                     f"generate any more: {failure}")
 
     def progress(self) -> dict[str, Any]:
         return dict(self.progress_state, pid=os.getpid())
@@ -123,6 +149,9 @@ class RolloutWorker:
         from agentr1_core.rollout.driver import run_episode
 
         t_start = time.perf_counter()
+        self._check_engine()
+        if getattr(self.engine, "asleep", False):
+            self.wake_up()
         weight_seconds = await self.load_weights(*weights) if weights is not None else 0.0
         self.calls += 1
         self.progress_state = {"call": self.calls, "total": len(episodes), "finished": 0}
@@ -145,9 +174,12 @@ class RolloutWorker:
         t_gen = time.perf_counter()
         trajs = await asyncio.gather(*(one(row, group, uid) for row, group, uid in episodes))
         now = time.perf_counter()
+        self._check_engine()
         return {"trajectories": list(trajs), "worker": self.index, "pid": os.getpid(),
                 "weights_seconds": weight_seconds, "episodes_seconds": now - t_gen,
-                "busy_seconds": now - t_start, "weights_version": self.weights_version}
+                "busy_seconds": now - t_start, "weights_version": self.weights_version,
+                "engine_error_episodes": sum(1 for t in trajs if t.termination == "engine_error"),
+                "engine_last_error": getattr(self.engine, "last_error", None)}
 
     def close(self) -> None:
         self.engine.close()
