@@ -165,6 +165,7 @@ def test_a_dead_engine_stops_the_worker_with_a_clear_error(vllm_results):
 @pytest.mark.slow
 def test_opd_teacher_scores_through_the_vllm_engine(vllm_results, reference):
     opd = vllm_results["opd"]
+    assert opd["distribution"] == "agentr1-opd"  # the teacher came through the installed plugin's entry point
     assert opd["engine_class"] == "VLLMEngine" and opd["metrics"]["opd/scored_steps"] == 2
     for step, got in zip(opd["steps"], opd["teacher_logprobs"]):
         assert got == pytest.approx(score(reference, step["prompt_ids"], step["response_ids"]), abs=2e-3)

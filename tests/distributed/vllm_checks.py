@@ -73,7 +73,7 @@ def worker_checks(model_dir: str, out: dict) -> None:
                        "engine_error_episodes": result["engine_error_episodes"],
                        "first_step": {"prompt_ids": trajs[0].steps[0].prompt_ids,
                                       "response_ids": trajs[0].steps[0].response_ids,
-                                      "logprobs": trajs[0].steps[0].logprobs} if trajs[0].steps else None}
+                                      "logprobs": trajs[0].steps[0].response_logprobs} if trajs[0].steps else None}
 
     # sleep mode: vLLM's CPU worker has none, so the engine reports it off and both calls are no-ops
     out["sleep"] = {"slept": worker.sleep(1), "woke": worker.wake_up()}
@@ -113,7 +113,7 @@ def opd_checks(model_dir: str, out: dict) -> None:
     from agentr1_core.trainers.batching import build_step_batch, trajectories_to_rows
 
     registry = get_registry()
-    spec = registry.get("algorithm", "opd")
+    origin = registry.components["algorithm"]["opd"].distribution  # the installed agentr1-opd distribution
     algo = registry.build("algorithm", "opd", {"teacher": model_dir, "teacher_engine": "vllm",
                                                "teacher_engine_params": {"dtype": "float32", "max_model_len": 512},
                                                "teacher_device": "cpu"}, where="algorithm")
@@ -131,7 +131,7 @@ def opd_checks(model_dir: str, out: dict) -> None:
     batch = build_step_batch(rows)
     t0 = time.perf_counter()
     metrics = algo.prepare_batch(batch, rows, trajs)
-    out["opd"] = {"distribution": spec.distribution if hasattr(spec, "distribution") else None,
+    out["opd"] = {"distribution": origin,
                   "engine_class": type(algo.teacher.engine).__name__, "seconds": time.perf_counter() - t0,
                   "metrics": {k: float(v) for k, v in metrics.items()}, "steps": steps,
                   "teacher_logprobs": [batch.teacher_logprobs[i, :len(s["response_ids"])].tolist()
