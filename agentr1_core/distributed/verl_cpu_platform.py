@@ -99,11 +99,17 @@ def _cpu_device_module() -> types.ModuleType:
     return mod
 
 
-def _register() -> None:
+def register() -> None:
+    """Register the platform and the gloo process group (idempotent). ``import verl`` calls this through the
+    external-module hook; a process that imported verl before setting the environment calls it directly."""
+    global _registered
+    if _registered:
+        return
+    _registered = True
     from verl.plugin.platform.platform_base import PlatformBase
     from verl.plugin.platform.platform_manager import PlatformRegistry
 
-    device_module = _cpu_device_module()
+    cpu_module = _cpu_device_module()
 
     @PlatformRegistry.register(platform="cpu")
     class PlatformCPU(PlatformBase):
@@ -111,7 +117,7 @@ def _register() -> None:
 
         device_name = "cpu"
         vendor_name = "cpu"
-        device_module = device_module
+        device_module = cpu_module
 
         def is_available(self) -> bool:
             return True
@@ -187,5 +193,6 @@ def _register() -> None:
     dist_utils.initialize_global_process_group_ray = init_gloo_group
 
 
+_registered = False
 if os.environ.get("VERL_PLATFORM", "").strip().lower() == "cpu":
-    _register()
+    register()

@@ -35,6 +35,11 @@ from agentr1_core.config import ConfigError
 from agentr1_core.distributed.settings import ClusterSettings
 
 STATE_FILE = "agentr1_state.json"
+# verl's metric names -> the local trainer's (both are written: the local name and ``verl/<name>``)
+LOCAL_NAMES = {"loss": "loss", "grad_norm": "grad_norm", "actor/pg_loss": "pg_loss", "actor/pg_clipfrac":
+               "clip_fraction", "actor/ppo_kl": "approx_kl", "actor/entropy_loss": "entropy", "kl_loss": "kl",
+               "critic/vf_loss": "value_loss", "critic/vf_clipfrac": "value_clip_fraction", "sft_nll": "sft_nll"}
+WEIGHT_CHANGE_MAX_MB = 2048  # the driver keeps the previous weights to report ``weight_change`` up to this size
 
 
 def verl_default_config() -> Any:
@@ -109,10 +114,15 @@ class VerlTrainer:
         self.run_dir = Path(str(cfg.run_dir))
         check_run_dir(self.run_dir, int(float(cfg.trainer.min_free_gb) * 1024 ** 3))
         self.device = pick_device(self.n_gpus)
-        if self.device == "cpu":
-            from agentr1_core.distributed.verl_cpu_platform import cpu_environment
+        from agentr1_core.distributed import verl_compat
 
-            os.environ.update(cpu_environment())  # before verl is imported here and in the Ray workers
+        os.environ.update(verl_compat.compat_environment())  # inherited by the Ray workers started below
+        verl_compat.apply()
+        if self.device == "cpu":
+            from agentr1_core.distributed import verl_cpu_platform
+
+            os.environ.update(verl_cpu_platform.cpu_environment())  # inherited by the Ray workers started below
+            verl_cpu_platform.register()
         name, aparams = component(cfg, "algorithm")
         self.algorithm = self.registry.build("algorithm", name, aparams, where="algorithm")
         self.model_path = resolve_model_folder(str(cfg.model.path))
@@ -172,10 +182,25 @@ class VerlTrainer:
         return time.perf_counter() - t0
 
     def _publish(self, metrics: dict[str, Any]) -> None:
+        """Gathers the actor's weights in memory and publishes them to the rollout workers."""
+        import numpy as np
+
         t0 = time.perf_counter()
         state = self.groups.export_weights()
         metrics["dist/weights_gather_seconds"] = time.perf_counter() - t0
+        prev = getattr(self, "_last_weights", None)
+        if prev is not None:
+            metrics["weight_change"] = float(np.sqrt(sum(float(((state[k] - prev[k]) ** 2).sum())
+                                                         for k in state if k in prev)))
+        small = sum(v.nbytes for v in state.values()) <= WEIGHT_CHANGE_MAX_MB * 2 ** 20
+        self._last_weights = state if small else None
         self.pool.publish(state)
+
+    @staticmethod
+    def _named(got: dict[str, Any]) -> dict[str, Any]:
+        out = {f"verl/{k}": v for k, v in got.items()}
+        out.update({LOCAL_NAMES[k]: v for k, v in got.items() if k in LOCAL_NAMES})
+        return out
 
     # -- stages -------------------------------------------------------------------------------------------------
     def validate(self, label: str) -> dict[str, Any] | None:
@@ -216,7 +241,7 @@ class VerlTrainer:
             self._engines("sleep")
             got = self.groups.sft_update(to_dataproto(layout), float(sft.lr), int(sft.epochs), int(sft.batch_size),
                                          int(self.cfg.seed))
-            record.update({f"verl/{k}": v for k, v in got.items()})
+            record.update(self._named(got))
             self._publish(record)
             self._engines("wake_up")
         self.writer.write(record)
@@ -295,12 +320,14 @@ class VerlTrainer:
                        ref_logprobs=batch.ref_logprobs)
         got = self.groups.update_actor(update, int(tr.mini_batches), int(tr.update_epochs),
                                        int(cfg.seed) * 100003 + self.iteration)
-        out.update({f"verl/{k}": v for k, v in got.items()})
+        out.update(self._named(got))
         if self.groups.critic is not None:
             got = self.groups.update_critic(proto(), batch.values, adv.returns, int(tr.update_epochs),
                                             int(cfg.seed) * 100003 + self.iteration)
-            out.update({f"verl/{k}": v for k, v in got.items()})
+            out.update(self._named(got))
         out["update_seconds"] = time.perf_counter() - t_upd
+        tokens = sum(len(r.prompt_ids) + len(r.response_ids) for r in steps.rows) * int(tr.update_epochs)
+        out["update_tok_s"] = tokens / max(out["update_seconds"], 1e-9)
         return out
 
     # -- checkpoints --------------------------------------------------------------------------------------------
