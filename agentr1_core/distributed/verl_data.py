@@ -8,9 +8,10 @@ tokens, and per-response-token ``old_log_probs`` / ``advantages`` / ``returns`` 
 the trajectory uid and the step index; ``meta_info`` carries the update settings. ``to_dataproto`` wraps the result
 in ``verl.DataProto`` (that one needs verl).
 
-``verl_config(cfg, algorithm_name, algorithm_params)`` maps an agentr1 run config onto verl's
-``actor_rollout_ref`` / ``critic`` / ``trainer`` keys (verl 0.9 names); anything verl-specific can be set through
-``trainer.params.verl`` (a nested dict merged last).
+``verl_config(cfg, algorithm, ...)`` maps an agentr1 run config and the built algorithm (its resolved loss settings,
+defaults included) onto verl's ``actor_rollout_ref`` / ``critic`` / ``trainer`` keys (verl 0.9 names); anything
+verl-specific can be set through ``trainer.params.verl`` (a nested dict merged last). ``merge_into_verl_config``
+merges that into verl's composed Hydra config, which is in struct mode, so that new keys are accepted.
 """
 
 from __future__ import annotations

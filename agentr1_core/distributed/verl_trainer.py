@@ -197,7 +197,13 @@ class VerlTrainer:
         self.pool.publish(state)
 
     @staticmethod
-    def _named(got: dict[str, Any]) -> dict[str, Any]:
+    def _named(got: dict[str, Any], critic: bool = False) -> dict[str, Any]:
+        """``verl/<name>`` for every worker metric (``verl/critic/<name>`` for the critic's), plus the local
+        trainer's names for the ones it has."""
+        if critic:
+            out = {f"verl/critic/{k.removeprefix('critic/')}": v for k, v in got.items()}
+            out.update({LOCAL_NAMES[k]: v for k, v in got.items() if k.startswith("critic/") and k in LOCAL_NAMES})
+            return out
         out = {f"verl/{k}": v for k, v in got.items()}
         out.update({LOCAL_NAMES[k]: v for k, v in got.items() if k in LOCAL_NAMES})
         return out
@@ -324,7 +330,7 @@ class VerlTrainer:
         if self.groups.critic is not None:
             got = self.groups.update_critic(proto(), batch.values, adv.returns, int(tr.update_epochs),
                                             int(cfg.seed) * 100003 + self.iteration)
-            out.update(self._named(got))
+            out.update(self._named(got, critic=True))
         out["update_seconds"] = time.perf_counter() - t_upd
         tokens = sum(len(r.prompt_ids) + len(r.response_ids) for r in steps.rows) * int(tr.update_epochs)
         out["update_tok_s"] = tokens / max(out["update_seconds"], 1e-9)

@@ -197,3 +197,18 @@ def test_real_dataproto_holds_the_layout():
     proto = to_dataproto(step_rows_to_verl(steps.rows, torch.zeros(3, 3), None, PAD, steps.group_keys))
     assert len(proto) == 3 and proto.batch["input_ids"].shape == (3, 9)
     assert list(proto.non_tensor_batch["uid"]) == ["g0", "g0", "g0"]
+
+
+def test_transformers_engine_uses_the_cache_keyword_of_the_installed_transformers():
+    """transformers renamed ``past_key_values`` to ``cache``; verl's environment (5.9) has the old name."""
+    from agentr1_core.rollout.transformers_engine import cache_keyword
+
+    class New(torch.nn.Module):
+        def forward(self, input_ids=None, cache=None, use_cache=None):
+            return input_ids
+
+    class Old(torch.nn.Module):
+        def forward(self, input_ids=None, past_key_values=None, use_cache=None):
+            return input_ids
+
+    assert cache_keyword(New()) == "cache" and cache_keyword(Old()) == "past_key_values"
