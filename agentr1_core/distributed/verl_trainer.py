@@ -14,9 +14,9 @@ history, metrics offset) in ``run_dir/checkpoints/verl_iter_NNNNNN``, renamed in
 ``trainer.checkpoint_every`` iterations and at the end; ``trainer.resume=auto`` continues from the newest.
 
 Every registered algorithm runs here: critic-free ones (GRPO, Dr.GRPO, RLOO, REINFORCE, REINFORCE++, GiGPO) and the
-critic ones (PPO, StepPO), whose critic is verl's value-model worker with its own optimizer. Not supported:
-``trainer.train_layers`` (verl trains every parameter; refused with exit code 2) and LoRA weight publishing without
-merge. ``device``: CUDA when torch sees a GPU, else the CPU platform of ``verl_cpu_platform`` (FSDP2 over gloo).
+critic ones (PPO, StepPO), whose critic is verl's value-model worker with its own optimizer. ``trainer.train_layers``
+freezes all but the actor's top blocks, as in the local trainer (the critic trains fully). Not supported: publishing
+un-merged LoRA adapters. ``device``: CUDA when torch sees a GPU, else the CPU platform of ``verl_cpu_platform`` (FSDP2 over gloo).
 """
 
 from __future__ import annotations
@@ -86,9 +86,6 @@ class VerlTrainer:
         params.pop("verl", None)
         self.n_gpus = int(params.pop("n_gpus", 1))
         self.settings = ClusterSettings.from_params(params)
-        if int(config.trainer.train_layers) > 0:
-            raise ConfigError("config error at trainer.train_layers: trainer 'verl' trains every parameter; set "
-                              "trainer.train_layers=0 (or use trainer 'local'/'ray')")
         stages = [str(s) for s in config.stages]
         unknown = [s for s in stages if s not in ("sft", "rl")]
         if unknown:
@@ -158,7 +155,8 @@ class VerlTrainer:
         t0 = time.perf_counter()
         self.groups = VerlGroups(self.merged, self.n_gpus, self.device,
                                  need_ref=bool(self.merged.actor_rollout_ref.actor.use_kl_loss),
-                                 need_critic=bool(getattr(self.algorithm, "needs_critic", False)))
+                                 need_critic=bool(getattr(self.algorithm, "needs_critic", False)),
+                                 train_layers=int(cfg.trainer.train_layers))
         self.workers_start_seconds = time.perf_counter() - t0
         self.resumed_from = self._maybe_resume()
         self.writer = MetricsLogger(self.run_dir, purge_step=self.iteration + 1 if self.resumed_from else None)
@@ -387,8 +385,10 @@ class VerlTrainer:
         start = time.perf_counter()
         try:
             self._setup()
-            print(f"[setup] verl on {self.device} (workers started in {self.workers_start_seconds:.1f}s); model "
-                  f"{self.model_path}; {len(self.train_rows)} train rows, {len(self.val_rows)} validation rows; "
+            trained = (f", {self.groups.trainable_params / 1e6:.2f}M trainable params"
+                       if self.groups.trainable_params is not None else "")
+            print(f"[setup] verl on {self.device} (workers started in {self.workers_start_seconds:.1f}s"
+                  f"{trained}); model {self.model_path}; {len(self.train_rows)} train rows, {len(self.val_rows)} validation rows; "
                   f"stages {self.stages}", flush=True)
             if self.iteration == 0 and self.resumed_from is None:
                 self.validate("before_sft" if "sft" in self.stages else "before_rl")

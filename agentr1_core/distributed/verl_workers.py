@@ -10,6 +10,7 @@ iteration needs, each taking a padded ``DataProto`` built by ``verl_data.step_ro
 * ``update_critic``: verl's clipped value loss with the critic's own optimizer, on one token per step (the
   response mask keeps only the first action token, so verl's ``token-mean`` is a mean over steps);
 * ``sft_update``: cross-entropy on the response tokens with the actor's optimizer (the warm-start stage);
+* ``train_layers > 0``: only the actor's top decoder blocks (and final norm) are trained, as with the local trainer;
 * ``export_weights``: the actor's full weights as numpy arrays, gathered in memory (no disk round trip);
 * ``save`` / ``load``: verl checkpoints of the actor and the critic.
 
@@ -18,6 +19,7 @@ This module imports verl at the top: only the ``verl`` trainer imports it, in ve
 
 from __future__ import annotations
 
+import re
 import time
 from functools import partial
 from pathlib import Path
@@ -57,6 +59,25 @@ class AgentR1ActorWorker(ActorRolloutRefWorker):
         return out if self.rank == 0 else None
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def train_top_layers(self, top: int) -> int:
+        """Train only the top ``top`` decoder blocks and the final norm, as the local trainer's ``train_layers``:
+        the rest gets ``requires_grad=False`` (no gradient, so the optimizer and the grad clip skip it). Returns
+        the number of trainable parameters on this rank."""
+        module = self.actor.engine.module
+        block = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+        ids = sorted({int(m.group(1)) for n, _ in module.named_parameters() if (m := block.search(n))})
+        if not ids:
+            raise ValueError("trainer.train_layers needs a model with decoder blocks named '...layers.<i>...'")
+        keep = set(ids[-int(top):])
+        trainable = 0
+        for name, param in module.named_parameters():
+            m = block.search(name)
+            on = int(m.group(1)) in keep if m else name.split(".")[-2] == "norm"
+            param.requires_grad_(on)
+            trainable += param.numel() if on else 0
+        return trainable
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def set_sft_mode(self, on: bool, lr: float = 0.0) -> None:
         engine = self.actor.engine
         sched = getattr(engine, "lr_scheduler", None)
@@ -85,7 +106,8 @@ def _first_token_only(mask: torch.Tensor) -> torch.Tensor:
 
 
 class VerlGroups:
-    def __init__(self, merged: Any, n_gpus: int, device: str, need_ref: bool, need_critic: bool) -> None:
+    def __init__(self, merged: Any, n_gpus: int, device: str, need_ref: bool, need_critic: bool,
+                 train_layers: int = 0) -> None:
         import ray
         from omegaconf import OmegaConf
 
@@ -101,6 +123,9 @@ class VerlGroups:
         self.actor = group(RayClassWithInitArgs(cls=ray.remote(AgentR1ActorWorker),
                                                 config=merged.actor_rollout_ref, role="actor"))
         self.actor.init_model()
+        self.trainable_params = None
+        if int(train_layers) > 0:
+            self.trainable_params = int(self.actor.train_top_layers(int(train_layers))[0])
         self.ref = None
         if need_ref:
             self.ref = group(RayClassWithInitArgs(cls=ray.remote(ActorRolloutRefWorker),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -39,7 +40,7 @@ def run_verl(python: Path, args: list[str], timeout: int = 900) -> subprocess.Co
 
 
 def cli_run(python: Path, model: str, run_dir: Path, *overrides: str, resume: bool = False) -> str:
-    args = ["-m", "agentr1_core.cli", "run", "tiny", "trainer.name=verl", "trainer.train_layers=0",
+    args = ["-m", "agentr1_core.cli", "run", "tiny", "trainer.name=verl",
             f"model.path={model}", f"run_dir={run_dir}", "trainer.params.rollout_workers=1",
             "trainer.params.num_cpus=6", "trainer.params.object_store_mb=300", "trainer.checkpoint_every=1",
             "validation.max_rows=1", *overrides]
@@ -49,6 +50,12 @@ def cli_run(python: Path, model: str, run_dir: Path, *overrides: str, resume: bo
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]
     return out
+
+
+def tiny_param_count(folder: str) -> int:
+    from safetensors.torch import load_file
+
+    return sum(t.numel() for f in Path(folder).glob("*.safetensors") for t in load_file(str(f)).values())
 
 
 def iteration_records(run_dir: Path) -> list[dict]:
@@ -92,8 +99,10 @@ def test_algorithm_crosscheck_runs_against_verl(verl_python):
 def test_grpo_with_sft_trains_three_iterations_then_resumes(verl_python, tiny_model_dir, tmp_path):
     run_dir = tmp_path / "grpo"
     out = cli_run(verl_python, tiny_model_dir, run_dir, "trainer.total_steps=3", "stages=[sft,rl]", "sft.rows=2",
-                  "trainer.keep_checkpoints=2")
+                  "trainer.keep_checkpoints=2", "trainer.train_layers=1")
     assert "verl on cpu" in out
+    trainable = float(re.search(r"([0-9.]+)M trainable params", out).group(1)) * 1e6
+    assert 0 < trainable < 0.5 * tiny_param_count(tiny_model_dir)  # only the top block (and final norm) train
     records = iteration_records(run_dir)
     assert [r["iteration"] for r in records] == [1, 2, 3]
     missing = local_trainer_keys() - set(records[-1])
@@ -111,7 +120,7 @@ def test_grpo_with_sft_trains_three_iterations_then_resumes(verl_python, tiny_mo
     assert ckpts == ["verl_iter_000002", "verl_iter_000003"]  # one per iteration, the newest two kept
 
     out = cli_run(verl_python, tiny_model_dir, run_dir, "trainer.total_steps=4", "stages=[sft,rl]", "sft.rows=2",
-                  "trainer.keep_checkpoints=2", resume=True)
+                  "trainer.keep_checkpoints=2", "trainer.train_layers=1", resume=True)
     assert "[resume]" in out and "iteration 3" in out
     records = iteration_records(run_dir)
     assert [r["iteration"] for r in records] == [1, 2, 3, 4]
@@ -124,7 +133,7 @@ def test_grpo_with_sft_trains_three_iterations_then_resumes(verl_python, tiny_mo
 def test_steppo_with_kl_trains_its_critic_for_three_iterations(verl_python, tiny_model_dir, tmp_path):
     run_dir = tmp_path / "steppo"
     cli_run(verl_python, tiny_model_dir, run_dir, "trainer.total_steps=3", "stages=[rl]", "algorithm.name=steppo",
-            "algorithm.kl_coef=0.01", "trainer.checkpoint_every=-1")
+            "algorithm.kl_coef=0.01", "trainer.checkpoint_every=-1", "trainer.train_layers=0")
     records = iteration_records(run_dir)
     assert [r["iteration"] for r in records] == [1, 2, 3]
     for r in records:

@@ -180,15 +180,15 @@ def test_offline_alias_resolves_to_a_local_folder(tmp_path, monkeypatch):
     assert resolve_model_folder("/some/folder") == "/some/folder"
 
 
-def test_verl_trainer_refuses_train_layers():
+def test_verl_trainer_accepts_critic_algorithms_and_refuses_unknown_stages():
     from agentr1_core.config import ConfigError
     from agentr1_core.distributed.verl_trainer import VerlTrainer
     from agentr1_core.plugins import get_registry
 
-    with pytest.raises(ConfigError, match="trainer.train_layers"):
-        VerlTrainer(load_config("default", ["trainer.name=verl"]), get_registry())
-    VerlTrainer(load_config("default", ["trainer.name=verl", "trainer.train_layers=0", "algorithm.name=steppo"]),
-                get_registry())  # critic algorithms are accepted
+    for name in ("steppo", "ppo", "gigpo"):
+        VerlTrainer(load_config("default", ["trainer.name=verl", f"algorithm.name={name}"]), get_registry())
+    with pytest.raises(ConfigError, match="unknown stage 'warmup'"):
+        VerlTrainer(load_config("default", ["trainer.name=verl", "stages=[warmup,rl]"]), get_registry())
 
 
 def test_real_dataproto_holds_the_layout():
