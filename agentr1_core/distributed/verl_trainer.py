@@ -159,6 +159,10 @@ class VerlTrainer:
                                  train_layers=int(cfg.trainer.train_layers))
         self.workers_start_seconds = time.perf_counter() - t0
         self.resumed_from = self._maybe_resume()
+        if self.resumed_from is None:  # the starting weights, for the first ``weight_change``
+            start = self.groups.export_weights()
+            if sum(v.nbytes for v in start.values()) <= WEIGHT_CHANGE_MAX_MB * 2 ** 20:
+                self._last_weights = start
         self.writer = MetricsLogger(self.run_dir, purge_step=self.iteration + 1 if self.resumed_from else None)
 
     # -- data ---------------------------------------------------------------------------------------------------
