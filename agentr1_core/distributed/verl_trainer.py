@@ -258,9 +258,8 @@ class VerlTrainer:
         return record
 
     def train_iteration(self) -> dict[str, Any]:
-        from agentr1_core.distributed.verl_data import step_rows_to_verl, to_dataproto
         from agentr1_core.lifecycle.metrics import console_line
-        from agentr1_core.trainers.batching import build_step_batch, trajectories_to_rows
+        from agentr1_core.trainers.batching import trajectories_to_rows
         from agentr1_core.trainers.metrics import peak_rss_mb, rollout_metrics
 
         cfg, tr = self.cfg, self.cfg.trainer

@@ -212,3 +212,25 @@ def test_transformers_engine_uses_the_cache_keyword_of_the_installed_transformer
             return input_ids
 
     assert cache_keyword(New()) == "cache" and cache_keyword(Old()) == "past_key_values"
+
+
+def test_engines_sleep_and_wake_around_the_update_when_the_pool_offers_it():
+    """Colocated engines (vLLM with sleep mode) free their memory during the update; others are left alone."""
+    from agentr1_core.distributed.verl_trainer import VerlTrainer
+    from agentr1_core.plugins import get_registry
+
+    trainer = VerlTrainer(load_config("default", ["trainer.name=verl"]), get_registry())
+    calls = []
+
+    class SleepyPool:
+        def sleep(self):
+            calls.append("sleep")
+
+        def wake_up(self):
+            calls.append("wake_up")
+
+    trainer.pool = SleepyPool()
+    assert trainer._engines("sleep") >= 0 and trainer._engines("wake_up") >= 0
+    assert calls == ["sleep", "wake_up"]
+    trainer.pool = object()  # a pool without sleep mode
+    assert trainer._engines("sleep") == 0.0
