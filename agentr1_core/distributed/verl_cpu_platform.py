@@ -7,6 +7,8 @@ inherit the environment through ``cpu_environment()``). What it changes:
 
 * ``torch.cpu`` stands in for ``torch.cuda``; the memory statistics and stream calls verl makes on its device module
   are no-ops (zeros), ``get_device_name()`` answers ``"CPU"``;
+* FSDP2's CPU offload policy (verl's choice for forward-only engines such as the KL reference) does not pin
+  memory (pinning needs an accelerator);
 * the process group is a plain ``gloo`` group (verl builds ``"cpu:gloo,<device>:<backend>"``, which names the CPU
   twice on this platform);
 * the "current device" is ``torch.device("cpu")`` (verl moves tensors to it by index on GPUs);
@@ -183,6 +185,7 @@ def register() -> None:
         def cudart(self) -> Any:
             return None
 
+    _unpinned_offload()
     import verl.utils.distributed as dist_utils
 
     original = dist_utils.initialize_global_process_group_ray
@@ -191,6 +194,30 @@ def register() -> None:
         return original(timeout_second=timeout_second, backend=backend or "gloo")
 
     dist_utils.initialize_global_process_group_ray = init_gloo_group
+
+
+def _unpinned_offload() -> None:
+    """FSDP2's ``CPUOffloadPolicy`` without pinned memory (pinning needs an accelerator). verl gives forward-only
+    engines (the KL reference) ``CPUOffloadPolicy(pin_memory=True)``; on this platform the pin is dropped."""
+    import sys
+
+    import torch.distributed.fsdp as fsdp
+
+    base = fsdp.CPUOffloadPolicy
+    if getattr(base, "_agentr1_unpinned", False):
+        return
+
+    class UnpinnedCPUOffloadPolicy(base):
+        _agentr1_unpinned = True
+
+        def __init__(self, pin_memory: bool = False) -> None:
+            super().__init__(pin_memory=False)
+
+    fsdp.CPUOffloadPolicy = UnpinnedCPUOffloadPolicy
+    for name in ("verl.utils.fsdp_utils", "verl.workers.engine.fsdp.transformer_impl"):
+        module = sys.modules.get(name)
+        if module is not None and hasattr(module, "CPUOffloadPolicy"):
+            module.CPUOffloadPolicy = UnpinnedCPUOffloadPolicy
 
 
 _registered = False
