@@ -1,4 +1,5 @@
-"""Registers the ``alfworld`` env, dataset loader, ``alfworld_won`` reward, ``alfworld prepare`` command and recipe.
+"""Registers the ``alfworld`` env, the ``alfworld`` and ``alfworld_split`` dataset loaders, the ``alfworld_won``
+reward, the ``alfworld prepare`` command and the recipe's named configs.
 
 Factories are lazy ``"module:attr"`` strings: listing plugins imports neither textworld nor alfworld.
 """
@@ -21,7 +22,9 @@ def agentr1_envs():
 @hookimpl
 def agentr1_datasets():
     return [DatasetSpec("alfworld", f"{PKG}.datasets:load_alfworld",
-                        "ALFWorld game files under $ALFWORLD_DATA/json_2.1.1/<split>; task type as data_source")]
+                        "ALFWorld game files under $ALFWORLD_DATA/json_2.1.1/<split>; task type as data_source"),
+            DatasetSpec("alfworld_split", f"{PKG}.game_split:load_alfworld_split",
+                        "one ALFWorld games folder split by game into disjoint train / heldout parts")]
 
 
 @hookimpl
