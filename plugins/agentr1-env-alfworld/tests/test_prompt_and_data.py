@@ -95,8 +95,9 @@ def test_installed_cli_lists_the_plugin():
     entries = listing if isinstance(listing, list) else listing.get("plugins", [])
     mine = [p for p in entries if p.get("distribution") == "agentr1-env-alfworld"]
     assert mine and mine[0]["status"] == "ok", out
-    assert mine[0]["components"] == {"command": ["alfworld"], "config": ["alfworld"], "dataset": ["alfworld", "alfworld_split"],
-                                     "env": ["alfworld"], "reward": ["alfworld_won"]}
+    assert mine[0]["components"] == {"command": ["alfworld"], "config": ["alfworld"],
+                                     "dataset": ["alfworld", "alfworld_split"], "env": ["alfworld"],
+                                     "reward": ["alfworld_won"]}
 
 
 def test_a_split_name_typo_is_refused_instead_of_loading_every_split():
