@@ -5,7 +5,8 @@ One command: ``python bench/bench_peer_rollout.py``. The same held-out calculato
 hermes tool calls, up to ``rollout.max_turns`` turns, answer_match reward) run through the real rollout driver four
 ways; only the thing that generates changes:
 
-* ``engine``: ``TransformersEngine`` (continuous batching; every live episode's turn joins the running batch);
+* ``engine``: ``TransformersEngine`` (continuous batching; every live episode's turn joins the running batch;
+  prefix sharing on, its hit rate recorded); ``engine_no_prefix``: the same with the prefix store off;
 * ``plain_loop``: one ``model.generate`` call per turn per episode, one at a time;
 * ``trl``: TRL's ``GRPOTrainer._generate_single_turn`` (its non-vLLM path: one left-padded ``model.generate`` over
   the batch), called once per turn for all episodes still running — how TRL's tool loop regenerates;
@@ -39,10 +40,11 @@ VLLM_PYTHON = "/tmp/vllmvenv/bin/python"
 
 
 def run_method(name: str, model, tokenizer, rows, sampling, cfg) -> dict:
-    if name == "engine":
+    if name in ("engine", "engine_no_prefix"):
         from agentr1_core.rollout.transformers_engine import TransformersEngine
 
-        engine = TransformersEngine(model, tokenizer, max_batch_size=64)
+        engine = TransformersEngine(model, tokenizer, max_batch_size=64,
+                                    prefix_cache_mb=512 if name == "engine" else 0)
     elif name == "plain_loop":
         engine = GenerateLoopEngine(model, tokenizer)
     elif name == "trl":
@@ -60,10 +62,13 @@ def run_method(name: str, model, tokenizer, rows, sampling, cfg) -> dict:
         raise ValueError(name)
     load_before = load_avg()[0]
     trajs, seconds = rollout_with(engine, tokenizer, rows, sampling, cfg)
+    prefix = engine.take_prefix_stats() if hasattr(engine, "take_prefix_stats") else {}
     engine.close()
     stats = episode_stats(trajs)
     out = {"seconds": round(seconds, 2), "tokens_per_s": round(stats["generated_tokens"] / seconds, 2),
            "load_avg_1m_before": load_before, **stats}
+    if prefix:
+        out["prefix_hit_rate"] = round(prefix["prefix_hit_rate"], 4)
     if isinstance(engine, TurnBatchEngine):
         out["turn_batches"] = engine.batches
     return out
@@ -114,7 +119,7 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=16)
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--methods", default="engine,plain_loop,trl,vllm")
+    parser.add_argument("--methods", default="engine,engine_no_prefix,plain_loop,trl,vllm")
     parser.add_argument("--vllm-python", default=VLLM_PYTHON)
     parser.add_argument("--vllm-timeout", type=int, default=900)
     parser.add_argument("--child-vllm", action="store_true", help=argparse.SUPPRESS)

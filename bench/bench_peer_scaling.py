@@ -2,7 +2,8 @@
 
 One command: ``python bench/bench_peer_scaling.py``. The default task's held-out calculator episodes (the warm-started
 model of ``common.warm_model_dir``, greedy, ``rollout.max_new_tokens`` per turn) run through the rollout driver with
-``TransformersEngine(max_batch_size=128)``, all episodes of a level in flight at once. ``--methods engine,trl`` adds
+``TransformersEngine(max_batch_size=128)`` (prefix sharing on; its hit rate and KV repacks are recorded), all
+episodes of a level in flight at once. ``--methods engine,trl`` adds
 TRL's generation path (``bench_peer_rollout``'s turn-synchronous batch) at the same levels for comparison.
 Levels run back to back in one process; the load average before each is recorded.
 Writes ``bench/results/peer_scaling.json``.
@@ -62,11 +63,15 @@ def main() -> None:
                       else TurnBatchEngine(trl_batch, tokenizer))
             load_before = load_avg()[0]
             trajs, seconds = rollout_with(engine, tokenizer, all_rows[:level], sampling, cfg)
+            extra = {}
+            if method == "engine":
+                extra = {"prefix_hit_rate": round(engine.take_prefix_stats()["prefix_hit_rate"], 4),
+                         "kv_repacks": engine.stats["repacks"], "decode_steps": engine.stats["decode_steps"]}
             engine.close()
             stats = episode_stats(trajs)
             row = {"concurrent_episodes": level, "seconds": round(seconds, 2),
                    "tokens_per_s": round(stats["generated_tokens"] / seconds, 2), "load_avg_1m_before": load_before,
-                   **stats}
+                   **extra, **stats}
             result["results"][f"{method}@{level}"] = row
             print(f"[{method} @ {level}] {json.dumps(row)}", flush=True)
             table.append([method, level, stats["generated_tokens"], stats["mean_turns"], row["seconds"],
