@@ -39,7 +39,7 @@ from common import (
 VLLM_PYTHON = "/tmp/vllmvenv/bin/python"
 
 
-def run_method(name: str, model, tokenizer, rows, sampling, cfg) -> dict:
+def run_method(name: str, model, tokenizer, rows, sampling, cfg, n: int = 1) -> dict:
     if name in ("engine", "engine_no_prefix"):
         from agentr1_core.rollout.transformers_engine import TransformersEngine
 
@@ -61,7 +61,7 @@ def run_method(name: str, model, tokenizer, rows, sampling, cfg) -> dict:
     else:
         raise ValueError(name)
     load_before = load_avg()[0]
-    trajs, seconds = rollout_with(engine, tokenizer, rows, sampling, cfg)
+    trajs, seconds = rollout_with(engine, tokenizer, rows, sampling, cfg, n=n)
     prefix = engine.take_prefix_stats() if hasattr(engine, "take_prefix_stats") else {}
     engine.close()
     stats = episode_stats(trajs)
@@ -119,6 +119,11 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=16)
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--model", choices=["warm", "base"], default="warm",
+                        help="warm: after the default SFT warm start (multi-turn episodes); base: the offline model "
+                             "as shipped (no warm start to build; it rarely calls the tool)")
+    parser.add_argument("--n", type=int, default=1, help="samples per row (a GRPO group shares its prompt)")
+    parser.add_argument("--out", default=None, help="result name (default: this benchmark's)")
     parser.add_argument("--methods", default="engine,engine_no_prefix,plain_loop,trl,vllm")
     parser.add_argument("--vllm-python", default=VLLM_PYTHON)
     parser.add_argument("--vllm-timeout", type=int, default=900)
@@ -135,7 +140,7 @@ def main() -> None:
     from agentr1_core.rollout.base import SamplingParams
 
     torch.set_num_threads(args.threads)
-    model_dir = warm_model_dir(args.threads)
+    model_dir = warm_model_dir(args.threads) if args.model == "warm" else args.model_dir or "smollm2-135m-instruct"
     model, tokenizer = load_model_and_tokenizer(str(model_dir))
     model.eval()
     cfg = default_config()
@@ -144,15 +149,17 @@ def main() -> None:
     rollout_with(GenerateLoopEngine(model, tokenizer), tokenizer, rows[:1], sampling, cfg)  # warm kernels once
 
     result = {"benchmark": "peer_rollout", "machine": machine_info(), "load_avg_start": load_avg(),
-              "model": "SmolLM2-135M-Instruct after the default SFT warm start", "episodes": args.episodes,
+              "model": ("SmolLM2-135M-Instruct after the default SFT warm start" if args.model == "warm"
+                        else "SmolLM2-135M-Instruct as shipped (no warm start)"),
+              "episodes": args.episodes * args.n, "rows": args.episodes, "n": args.n,
               "max_new_tokens": args.max_new_tokens, "max_turns": int(cfg.rollout.max_turns), "decoding": "greedy",
               "threads": args.threads, "results": {}}
     for name in args.methods.split(","):
         print(f"[{name}] ...", flush=True)
-        row = run_vllm(args, model_dir) if name == "vllm" else run_method(name, model, tokenizer, rows, sampling, cfg)
+        row = run_vllm(args, model_dir) if name == "vllm" else run_method(name, model, tokenizer, rows, sampling, cfg, args.n)
         result["results"][name] = row
         print(f"[{name}] {json.dumps({k: v for k, v in row.items() if k != 'turn_batches'})}", flush=True)
-        write_result("peer_rollout", result)
+        write_result(args.out or "peer_rollout", result)
     base = result["results"].get("plain_loop", {}).get("tokens_per_s")
     table = []
     for name, row in result["results"].items():
@@ -165,7 +172,7 @@ def main() -> None:
                       row.get("speedup_vs_plain_loop"), row["load_avg_1m_before"]])
     result["load_avg_end"] = load_avg()
     print_table(["method", "gen tokens", "turns/ep", "seconds", "tok/s", "x plain", "load"], table)
-    print(f"wrote {write_result('peer_rollout', result)}")
+    print(f"wrote {write_result(args.out or 'peer_rollout', result)}")
 
 
 if __name__ == "__main__":

@@ -28,6 +28,11 @@ def main() -> None:
     parser.add_argument("--levels", default="8,32,128")
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--model", choices=["warm", "base"], default="warm",
+                        help="warm: after the default SFT warm start (multi-turn episodes); base: the offline model "
+                             "as shipped (no warm start to build; it rarely calls the tool)")
+    parser.add_argument("--n", type=int, default=1, help="samples per row (a GRPO group shares its prompt)")
+    parser.add_argument("--out", default=None, help="result name (default: this benchmark's)")
     parser.add_argument("--methods", default="engine")
     args = parser.parse_args()
 
@@ -39,13 +44,15 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     levels = [int(x) for x in args.levels.split(",")]
-    model, tokenizer = load_model_and_tokenizer(str(warm_model_dir(args.threads)))
+    model, tokenizer = load_model_and_tokenizer(str(warm_model_dir(args.threads)) if args.model == "warm"
+                                                else "smollm2-135m-instruct")
     model.eval()
     cfg = default_config()
     sampling = SamplingParams(temperature=0.0, max_new_tokens=args.max_new_tokens)
     all_rows = task_rows(max(levels))
     result = {"benchmark": "peer_scaling", "machine": machine_info(), "load_avg_start": load_avg(),
-              "model": "SmolLM2-135M-Instruct after the default SFT warm start", "decoding": "greedy",
+              "model": ("SmolLM2-135M-Instruct after the default SFT warm start" if args.model == "warm"
+                        else "SmolLM2-135M-Instruct as shipped (no warm start)"), "decoding": "greedy", "n": args.n,
               "max_new_tokens": args.max_new_tokens, "threads": args.threads, "results": {}}
     rollout_with(TransformersEngine(model, tokenizer), tokenizer, all_rows[:2], sampling, cfg)  # warm-up
     trl_batch = None
@@ -62,7 +69,7 @@ def main() -> None:
             engine = (TransformersEngine(model, tokenizer, max_batch_size=max(levels)) if method == "engine"
                       else TurnBatchEngine(trl_batch, tokenizer))
             load_before = load_avg()[0]
-            trajs, seconds = rollout_with(engine, tokenizer, all_rows[:level], sampling, cfg)
+            trajs, seconds = rollout_with(engine, tokenizer, all_rows[:level // args.n], sampling, cfg, n=args.n)
             extra = {}
             if method == "engine":
                 extra = {"prefix_hit_rate": round(engine.take_prefix_stats()["prefix_hit_rate"], 4),
@@ -76,10 +83,10 @@ def main() -> None:
             print(f"[{method} @ {level}] {json.dumps(row)}", flush=True)
             table.append([method, level, stats["generated_tokens"], stats["mean_turns"], row["seconds"],
                           row["tokens_per_s"], load_before])
-            write_result("peer_scaling", result)
+            write_result(args.out or "peer_scaling", result)
     result["load_avg_end"] = load_avg()
     print_table(["method", "episodes", "gen tokens", "turns/ep", "seconds", "tok/s", "load"], table)
-    print(f"wrote {write_result('peer_scaling', result)}")
+    print(f"wrote {write_result(args.out or 'peer_scaling', result)}")
 
 
 if __name__ == "__main__":
