@@ -365,9 +365,11 @@ class LocalTrainer:
         t0 = time.perf_counter()
         self.iteration += 1
         rows = self.next_rows(int(cfg.rollout.batch_size))
+        prefix_stats = getattr(self.engine, "take_prefix_stats", dict)
+        prefix_stats()  # start the window at this rollout
         trajs, seconds = self.rollout(rows, int(cfg.rollout.n), self.sampling, desc=f"rollout {self.iteration}",
                                       prefix=f"it{self.iteration}-")
-        metrics: dict[str, Any] = {"iteration": self.iteration, **rollout_metrics(trajs, seconds)}
+        metrics: dict[str, Any] = {"iteration": self.iteration, **rollout_metrics(trajs, seconds), **prefix_stats()}
         report_episode_errors(self, trajs, f"iteration {self.iteration}", metrics)
         steps = trajectories_to_rows(trajs)
         metrics.update(train_steps=len(steps.rows), nonfinite_logprob_steps=steps.nonfinite_logprob_steps)
