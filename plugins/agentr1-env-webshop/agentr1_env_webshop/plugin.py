@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from agentr1_core.hookspecs import hookimpl
+from agentr1_core.named_configs import package_configs
 from agentr1_core.specs import DatasetSpec, EnvSpec, RewardSpec
+
+PKG = "agentr1_env_webshop"
 
 
 @hookimpl
@@ -20,5 +23,10 @@ def agentr1_datasets():
 
 @hookimpl
 def agentr1_rewards():
-    return [RewardSpec("webshop_score", "agentr1_env_webshop.score:webshop_score",
+    return [RewardSpec("webshop_score", f"{PKG}.score:webshop_score",
                        "the WebShop purchase reward as the final reward (with the env's step_reward: false)")]
+
+
+@hookimpl
+def agentr1_configs():
+    return package_configs(PKG)  # every agentr1_env_webshop/configs/*.yaml, e.g. agentr1-core run webshop
