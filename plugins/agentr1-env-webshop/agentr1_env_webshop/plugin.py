@@ -1,4 +1,5 @@
-"""Registers the WebShop env, goal dataset and ``webshop_score`` reward with agentr1 (lazy factories: listing plugins imports nothing heavy)."""
+"""Registers the WebShop env, goal dataset, ``webshop_score`` reward and named configs with agentr1 (lazy
+factories: listing plugins imports nothing heavy)."""
 
 from __future__ import annotations
 
