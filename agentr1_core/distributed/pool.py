@@ -13,6 +13,14 @@ catches up from the latest published snapshot on its next call.
 Weights. ``publish(state)`` puts one CPU snapshot (``weights.engine_state``) in the object store and bumps the
 version; every later call carries ``(version, [ref])`` and a worker applies it once. Only the newest snapshot is kept.
 
+Engine failures. A worker that cannot start (its engine failed to load, e.g. vLLM's memory check) or whose engine
+can no longer generate raises ``RolloutEngineError`` here with the worker's own message, and so does an iteration in
+which every episode ended with an engine error: the run stops (the CLI prints one line, exit code 2) instead of
+training on empty episodes. Single engine errors are counted (``engine_error_episodes``).
+
+Memory. ``sleep(level)`` / ``wake_up()`` call the workers' engines (sleep mode, for engines that share a GPU with
+the trainer) and return how many engines acted; ``sleep_enabled`` says whether any engine has a sleep mode.
+
 ``stats`` accumulates counters (failures, re-runs, drops, seconds) that the trainer reports as ``dist/*`` metrics.
 """
 
@@ -23,9 +31,35 @@ from typing import Any, Sequence
 
 from agentr1_core.distributed.settings import ClusterSettings
 from agentr1_core.mdp import Trajectory
+from agentr1_core.plugins import PluginError
 from agentr1_core.rollout.base import SamplingParams
 
 MAX_RERUNS = 2
+
+
+class RolloutEngineError(PluginError):
+    """The rollout engines cannot generate (one line for the CLI, exit code 2)."""
+
+
+def error_cause(exc: BaseException) -> BaseException | None:
+    """The ``RolloutEngineError`` behind a Ray error (a task's exception, or an actor's failed constructor)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        cause = getattr(exc, "cause", None)  # Ray's task errors carry the remote exception here
+        if isinstance(exc, RolloutEngineError) and cause is None:
+            return exc
+        exc = cause or exc.__cause__
+    return None
+
+
+def last_line(exc: BaseException) -> str:
+    """The last informative line of an error (Ray's errors embed whole remote tracebacks)."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    for line in reversed(lines):
+        if not line.startswith(("File ", "^", "~")):
+            return line[:500]
+    return type(exc).__name__
 
 
 def split_even(items: Sequence[Any], parts: int) -> list[list[Any]]:
@@ -44,21 +78,38 @@ class RolloutPool:
     def __init__(self, config: dict[str, Any], settings: ClusterSettings, run_name: str = "run") -> None:
         import ray
 
+        from agentr1_core.distributed.settings import cluster_gpus, memory_plan, plan_engine_config
         from agentr1_core.distributed.worker import RolloutWorker
 
+        trainer = str((config.get("trainer") or {}).get("name", "ray"))
+        self.plan = memory_plan(cluster_gpus(), trainer, settings.placement)
+        settings = settings.resolved(self.plan)
+        config = plan_engine_config(config, self.plan)
         self.settings = settings
         self.run_name = run_name
         actor_cls = ray.remote(RolloutWorker)
         self.workers = []
         for i in range(int(settings.rollout_workers)):
+            env = self.plan.worker_env(i) if float(settings.worker_gpus) == 0 else {}
             self.workers.append(actor_cls.options(
                 name=f"{run_name}-rollout-{i}", namespace=settings.namespace, lifetime=None,
                 num_cpus=float(settings.worker_cpus), num_gpus=float(settings.worker_gpus),
                 max_restarts=int(settings.max_restarts), max_task_retries=0, max_concurrency=8,
+                runtime_env={"env_vars": env} if env else None,
             ).remote(config, i, int(settings.worker_threads)))
         t0 = time.perf_counter()
-        self.worker_info = ray.get([w.info.remote() for w in self.workers])
+        self.worker_info = []
+        for i, w in enumerate(self.workers):
+            try:
+                self.worker_info.append(ray.get(w.info.remote()))
+            except Exception as exc:  # the constructor failed: the engine could not load
+                self.close()
+                engine = (config.get("engine") or {}).get("name", "?")
+                raise RolloutEngineError(f"rollout worker {i} could not start engine {engine!r}: "
+                                         f"{last_line(exc)}") from exc
         self.startup_seconds = time.perf_counter() - t0
+        if self.plan.placement != "cpu":
+            print(f"[ray] memory plan: {self.plan.describe()}", flush=True)
         self.version = 0
         self._weights_ref: Any = None
         self.stats: dict[str, float] = {}
@@ -76,6 +127,34 @@ class RolloutPool:
         self.version += 1
         self._add("publish_seconds", time.perf_counter() - t0)
         self._add("weights_mb", state_nbytes(state) / 2 ** 20)
+
+    # -- memory -------------------------------------------------------------------------------------------------
+    @property
+    def sleep_enabled(self) -> bool:
+        return any(info.get("sleep_enabled") for info in self.worker_info)
+
+    def sleep(self, level: int | None = None) -> int:
+        """Put every worker's engine to sleep; returns how many did (0 when no engine has a sleep mode)."""
+        return self._all_engines("sleep", level)
+
+    def wake_up(self) -> int:
+        return self._all_engines("wake_up")
+
+    def _all_engines(self, method: str, *args: Any) -> int:
+        import ray
+
+        if not self.sleep_enabled:
+            return 0
+        t0 = time.perf_counter()
+        refs = [getattr(w, method).remote(*args) for w in self.workers]
+        done = 0
+        for ref in refs:
+            try:
+                done += int(bool(ray.get(ref)))
+            except Exception as exc:  # a dead worker wakes up fresh when Ray restarts it
+                print(f"[ray] {method} failed on a rollout worker: {last_line(exc)}", flush=True)
+        self._add(f"{method}_seconds", time.perf_counter() - t0)
+        return done
 
     def _weights(self) -> tuple[int, list[Any]] | None:
         return (self.version, [self._weights_ref]) if self._weights_ref is not None else None
@@ -99,7 +178,7 @@ class RolloutPool:
     def run(self, rows: Sequence[dict[str, Any]], n: int, sampling: SamplingParams, policy: str = "model",
             prefix: str = "", desc: str = "rollout", progress: bool = True) -> list[Trajectory]:
         import ray
-        from ray.exceptions import GetTimeoutError, RayActorError
+        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
@@ -126,6 +205,7 @@ class RolloutPool:
         failed_workers: set[int] = set()
         timeout = float(self.settings.rollout_timeout_s)
         killed: set[Any] = set()
+        last_error = None
         try:
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0 if timeout > 0 else None)
@@ -141,6 +221,11 @@ class RolloutPool:
                 worker, chunk, attempt, _ = pending.pop(ref)
                 try:
                     out = ray.get(ref)
+                except RayTaskError as exc:
+                    cause = error_cause(exc)
+                    if cause is not None:
+                        raise RolloutEngineError(str(cause)) from None
+                    raise
                 except (RayActorError, GetTimeoutError) as exc:
                     self._add("worker_failures", 1)
                     failed_workers.add(worker)
@@ -148,6 +233,8 @@ class RolloutPool:
                     self._handle_failure(worker, chunk, attempt, failed_workers, submit, exc)
                     continue
                 results.extend(out["trajectories"])
+                self._add("engine_error_episodes", out.get("engine_error_episodes", 0))
+                last_error = out.get("engine_last_error") or last_error
                 busiest = max(busiest, float(out["busy_seconds"]))
                 busiest_gen = max(busiest_gen, float(out["episodes_seconds"]))
                 self._add("weights_apply_seconds", out["weights_seconds"])
@@ -163,6 +250,9 @@ class RolloutPool:
         self._add("rollout_busiest_generate_seconds", busiest_gen)
         self._add("dispatch_overhead_seconds", max(0.0, wall - busiest))
         results.sort(key=lambda t: order.get(t.uid, len(order)))
+        if results and all(t.termination == "engine_error" and not t.steps for t in results):
+            raise RolloutEngineError(f"every one of the {len(results)} episodes of '{desc}' ended with an engine "
+                                     f"error before its first step; last error: {last_error or 'unknown'}")
         return results
 
     def _live_workers(self) -> list[int]:

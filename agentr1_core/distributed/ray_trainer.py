@@ -10,6 +10,12 @@ episodes, weight publish/apply seconds, dispatch overhead).
 After every optimizer update the local trainer calls ``engine.sync_weights()``; here that call also publishes a CPU
 snapshot of the changed weights to the object store, which each worker applies before its next episodes.
 
+Memory. The GPU-dependent settings left ``null`` come from the memory plan (``settings.memory_plan``) once Ray is up.
+When the rollout engines share a GPU with the trainer and have a sleep mode (vLLM, colocated), they are put to sleep
+(level 1: the trainer sends only the trainable weights) right after each rollout, so that the update gets their
+memory; they wake up by themselves when the next rollout reaches them. Engine failures stop the run with
+``RolloutEngineError`` (one line, exit code 2).
+
 The trainer process keeps a ``transformers`` engine on the shared module (the local trainer builds one) but generates
 nothing with it; when ``engine`` names another engine (``vllm``), only the rollout workers build that one.
 Callbacks are supported only with ``trainer_in_actor: false`` (they live in the driver). One-step off-policy
@@ -112,7 +118,10 @@ class RayRolloutTrainer(LocalTrainer):
                 desc: str = "rollout", prefix: str = ""):
         t0 = time.perf_counter()
         trajs = self.pool.run(rows, n, sampling, policy=policy, prefix=prefix, desc=desc)
-        return trajs, time.perf_counter() - t0
+        seconds = time.perf_counter() - t0
+        if self.pool.sleep_enabled:
+            self.pool.sleep(1)  # the update gets the engines' GPU memory; the next rollout wakes them
+        return trajs, seconds
 
     def close(self) -> None:
         if self.pool is not None:
@@ -154,8 +163,12 @@ class RayTrainer:
     def fit(self) -> dict[str, Any]:
         import ray
 
+        from agentr1_core.distributed.pool import error_cause
+        from agentr1_core.distributed.settings import cluster_gpus, memory_plan
+
         container = OmegaConf.to_container(self.cfg, resolve=True)
         owns_ray = init_ray(self.settings)
+        self.settings = self.settings.resolved(memory_plan(cluster_gpus(), "ray", self.settings.placement))
         actor = None
         try:
             if self.settings.trainer_in_actor:
@@ -163,7 +176,13 @@ class RayTrainer:
                     name=f"{self.run_name}-trainer", namespace=self.settings.namespace, num_cpus=0,
                     num_gpus=float(self.settings.trainer_gpus), max_restarts=0,
                 ).remote(container, self.settings.to_dict(), self.run_name)
-                return ray.get(actor.fit.remote())
+                try:
+                    return ray.get(actor.fit.remote())
+                except ray.exceptions.RayTaskError as exc:
+                    cause = error_cause(exc)  # the engine's own one-line message, not a remote traceback
+                    if cause is not None:
+                        raise type(cause)(str(cause)) from None
+                    raise
             trainer = RayRolloutTrainer(trainer_side_config(container), self.registry, container, self.settings,
                                         self.run_name, callbacks=self.callbacks)
             try:

@@ -8,6 +8,14 @@ reaches the engine at once. Each call carries the trainer's latest weights as ``
 whose version differs (a fresh one, or one restarted after a crash) applies them first with the engine's
 ``sync_weights``.
 
+Engine failures. After each call the worker asks its engine whether it can still generate (an engine's
+``failure``, e.g. vLLM's core process died): if not, the call raises ``RolloutEngineError`` naming the engine and the
+cause, so the run stops instead of training on empty episodes. Episodes that ended with an engine error are counted
+(``engine_error_episodes``) and the engine's last error message is returned with them.
+
+Memory. ``sleep(level)`` / ``wake_up()`` pass through to engines that have them (the vLLM engine in sleep mode) and
+return False otherwise; ``run_episodes`` wakes a sleeping engine before it loads weights or generates.
+
 The class is plain Python; ``RolloutPool`` turns it into an async Ray actor, so ``progress`` answers while episodes
 run. ``crash_after(k)`` exists for failure drills: the process exits once ``k`` more episodes have finished.
 """
@@ -20,6 +28,23 @@ import time
 from typing import Any
 
 from agentr1_core.rollout.base import SamplingParams
+
+
+class _ErrorRecordingEngine:
+    """The worker's engine as flows see it: every call passes through; the last generation error is remembered."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.last_error: str | None = None
+
+    async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Any:
+        gen = await self._inner.generate(prompt_ids, sampling)
+        if gen.finish_reason == "error":
+            self.last_error = str((gen.info or {}).get("error") or "the engine returned an error")
+        return gen
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
 
 
 class RolloutWorker:
@@ -87,7 +112,25 @@ class RolloutWorker:
     # -- calls -------------------------------------------------------------------------------------------------
     def info(self) -> dict[str, Any]:
         return {"index": self.index, "pid": os.getpid(), "weights_version": self.weights_version,
-                "load_seconds": self.load_seconds, "calls": self.calls}
+                "load_seconds": self.load_seconds, "calls": self.calls,
+                "sleep_enabled": bool(getattr(self.engine, "sleep_enabled", False))}
+
+    def sleep(self, level: int | None = None) -> bool:
+        """Put the engine to sleep (frees its accelerator memory); False when the engine has no sleep mode."""
+        fn = getattr(self.engine, "sleep", None)
+        return bool(fn(level)) if fn is not None else False
+
+    def wake_up(self) -> bool:
+        fn = getattr(self.engine, "wake_up", None)
+        return bool(fn()) if fn is not None else False
+
+    def _check_engine(self) -> None:
+        from agentr1_core.distributed.pool import RolloutEngineError
+
+        failure = getattr(self.engine, "failure", None)
+        if failure:
+            raise RolloutEngineError(f"rollout worker {self.index}: engine {str(self.cfg.engine.name)!r} cannot "
+                                     f"generate any more: {failure}")
 
     def progress(self) -> dict[str, Any]:
         return dict(self.progress_state, pid=os.getpid())
@@ -123,10 +166,14 @@ class RolloutWorker:
         from agentr1_core.rollout.driver import run_episode
 
         t_start = time.perf_counter()
+        self._check_engine()
+        if getattr(self.engine, "asleep", False):
+            self.wake_up()
         weight_seconds = await self.load_weights(*weights) if weights is not None else 0.0
         self.calls += 1
         self.progress_state = {"call": self.calls, "total": len(episodes), "finished": 0}
-        ctx = FlowContext(engine=self.engine, tokenizer=self.tokenizer, sampling=sampling,
+        engine = _ErrorRecordingEngine(self.engine)
+        ctx = FlowContext(engine=engine, tokenizer=self.tokenizer, sampling=sampling,
                           env_config=dict(self.env_config), reward_fn=self.reward_fn,
                           max_turns=int(self.cfg.rollout.max_turns),
                           max_prompt_tokens=int(self.cfg.rollout.max_prompt_tokens), policy=policy)
@@ -145,9 +192,12 @@ class RolloutWorker:
         t_gen = time.perf_counter()
         trajs = await asyncio.gather(*(one(row, group, uid) for row, group, uid in episodes))
         now = time.perf_counter()
+        self._check_engine()
         return {"trajectories": list(trajs), "worker": self.index, "pid": os.getpid(),
                 "weights_seconds": weight_seconds, "episodes_seconds": now - t_gen,
-                "busy_seconds": now - t_start, "weights_version": self.weights_version}
+                "busy_seconds": now - t_start, "weights_version": self.weights_version,
+                "engine_error_episodes": sum(1 for t in trajs if t.termination == "engine_error"),
+                "engine_last_error": engine.last_error}
 
     def close(self) -> None:
         self.engine.close()

