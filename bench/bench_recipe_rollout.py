@@ -1,4 +1,4 @@
-"""Rollout cost of a long-observation recipe: the HotpotQA search recipe (``configs/hotpotqa.yaml``: search tool,
+"""Rollout cost of a long-observation recipe: the HotpotQA search recipe (the ``hotpotqa`` config: search tool,
 passages in the observations, 1,536-token prompts) with the transformers engine, prefix sharing on and off.
 
 One command: ``python bench/bench_recipe_rollout.py [--episodes 8] [--n 2] [--context summary]``. The recipe's own

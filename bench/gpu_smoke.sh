@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU smoke test of the scale-out backend: the HotpotQA recipe (configs/hotpotqa.yaml) with trainer.name=verl and
+# GPU smoke test of the scale-out backend: the HotpotQA recipe (the named config hotpotqa) with trainer.name=verl and
 # engine.name=vllm for 3 GRPO iterations on the offline SmolLM2-135M-Instruct, on one GPU (the memory plan colocates
 # one vLLM engine, 40 % of the GPU with sleep mode, next to verl's FSDP actor). Meant to finish well within
 # 10 minutes on one H200-class GPU once the packages are installed.
@@ -77,7 +77,7 @@ trap 'kill $SAMPLER 2>/dev/null || true' EXIT
 rm -rf "$RUN_DIR"
 t0=$SECONDS
 status=0
-"$PYTHON" -c "from agentr1_core.cli import entry; entry()" run configs/hotpotqa.yaml \
+"$PYTHON" -c "from agentr1_core.cli import entry; entry()" run hotpotqa \
   "model.path=$MODEL" "run_dir=$RUN_DIR" stages=[rl] data.val=null \
   trainer.name=verl "trainer.total_steps=$ITERATIONS" trainer.micro_batch_size=8 \
   rollout.batch_size=8 rollout.n=4 \

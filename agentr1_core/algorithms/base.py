@@ -51,6 +51,15 @@ class StepBatch:
                 out[f.name] = v
         return replace(self, **out)
 
+    def to(self, device: Any) -> "StepBatch":
+        """The same batch with every tensor (those in ``extras`` too) on ``device``."""
+        out = {f.name: getattr(self, f.name).to(device) for f in fields(self)
+               if isinstance(getattr(self, f.name), torch.Tensor)}
+        extras = getattr(self, "extras", None)
+        if isinstance(extras, dict):
+            out["extras"] = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in extras.items()}
+        return replace(self, **out)
+
 
 @dataclass
 class AdvantageOutput:

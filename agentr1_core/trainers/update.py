@@ -189,9 +189,11 @@ class LogprobGap:
         self.total, self.count, self.max = 0.0, 0, 0.0
 
     def add(self, engine: torch.Tensor, trainer: torch.Tensor, mask: torch.Tensor) -> None:
+        trainer = trainer.detach().float().cpu()
+        engine, mask = engine.float().cpu(), mask.cpu()
         ok = (mask > 0) & torch.isfinite(engine) & torch.isfinite(trainer)
         if bool(ok.any()):
-            gap = (engine.float() - trainer.detach().float().cpu())[ok].abs()
+            gap = (engine - trainer)[ok].abs()
             self.total += float(gap.sum())
             self.count += int(ok.sum())
             self.max = max(self.max, float(gap.max()))
@@ -285,7 +287,7 @@ def policy_update(policy: Policy, algorithm: Algorithm, optimizer: torch.optim.O
             loss_ok = True
             sums: dict[str, float] = {}
             for idx in micro_batches(mini, rows, micro_batch_size):
-                sub = _sub_batch(batch, idx)
+                sub = _sub_batch(batch, idx).to(policy.device)
                 if denominators is not None:
                     sub.extras = {**sub.extras, "loss_denominators": denominators}
                 share = 1.0 if denominators is not None else len(idx) / len(mini)

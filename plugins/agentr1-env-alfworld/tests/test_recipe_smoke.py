@@ -1,5 +1,5 @@
-"""The CPU recipe (configs/alfworld-cpu.yaml) end to end at smoke size with the real SmolLM2-135M-Instruct on the
-six shipped games (4 training, 2 held out by the recipe's game split): validation before SFT, the walkthrough warm
+"""The CPU recipe (the named config ``alfworld-cpu``) end to end at smoke size with the real SmolLM2-135M-Instruct on
+the six shipped games (4 training, 2 held out by the recipe's game split): validation before SFT, the walkthrough warm
 start, one GRPO iteration, validation after SFT and after RL, per task type. Also the game split the recipe relies
 on: training and held-out games never overlap. Sizes are cut to a few minutes; the recipe's own sizes are measured
 in docs/recipes.md, not here."""
@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
+import agentr1_env_alfworld
 from agentr1_env_alfworld.datasets import load_alfworld
 from agentr1_env_alfworld.game_split import load_alfworld_split, split_games
 
-DATA = Path(__file__).parent / "data" / "alfworld"
-RECIPE = Path(__file__).resolve().parents[3] / "configs" / "alfworld-cpu.yaml"
+DATA = Path(agentr1_env_alfworld.__file__).parent / "data" / "alfworld_sample"  # shipped in the wheel
+RECIPE = "alfworld-cpu"  # a named config this distribution ships
 
 
 def test_game_split_is_disjoint_and_covers_every_game():
@@ -43,7 +44,7 @@ def test_alfworld_cpu_recipe_runs_end_to_end_at_smoke_size(tmp_path, monkeypatch
         "sft.rows=2", "sft.epochs=1", "sft.batch_size=4", "rollout.batch_size=1", "rollout.n=2",
         "trainer.total_steps=1", "trainer.micro_batch_size=4", "trainer.train_layers=2", "trainer.threads=1",
     ]
-    assert main(["run", str(RECIPE), *overrides]) == 0
+    assert main(["run", RECIPE, *overrides]) == 0
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     validations = {r["label"]: r for r in records if r.get("event") == "validation"}
     assert set(validations) == {"before_sft", "after_sft", "after_rl"}

@@ -1,5 +1,5 @@
-"""The CPU recipe (configs/webshop-cpu.yaml) end to end at smoke size with the real SmolLM2-135M-Instruct on the
-shipped catalogue slice: validation before SFT, the expert warm start, one GRPO iteration, validation after SFT and
+"""The CPU recipe (the named config ``webshop-cpu``) end to end at smoke size with the real SmolLM2-135M-Instruct on
+the shipped catalogue slice: validation before SFT, the expert warm start, one GRPO iteration, validation after SFT and
 after RL, metrics.jsonl and summary.json. Sizes are cut to a couple of minutes; the recipe's own sizes are measured
 in docs/recipes.md, not here."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 DATA = Path(__file__).parent / "data"
-RECIPE = Path(__file__).resolve().parents[3] / "configs" / "webshop-cpu.yaml"
+RECIPE = "webshop-cpu"  # a named config this distribution ships
 
 
 @pytest.mark.slow
@@ -30,7 +30,7 @@ def test_webshop_cpu_recipe_runs_end_to_end_at_smoke_size(tmp_path):
         "rollout.batch_size=1", "rollout.n=2",
         "trainer.total_steps=1", "trainer.micro_batch_size=4", "trainer.train_layers=2", "trainer.threads=1",
     ]
-    assert main(["run", str(RECIPE), *overrides]) == 0
+    assert main(["run", RECIPE, *overrides]) == 0
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     validations = {r["label"]: r for r in records if r.get("event") == "validation"}
     assert set(validations) == {"before_sft", "after_sft", "after_rl"}

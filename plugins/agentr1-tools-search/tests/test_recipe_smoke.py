@@ -1,5 +1,5 @@
-"""The CPU recipe (configs/hotpotqa-cpu.yaml) end to end at smoke size with the real SmolLM2-135M-Instruct, the
-shipped HotpotQA sample and its BM25 corpus: validation before SFT, the gold-title expert warm start, one GRPO
+"""The CPU recipe (the named config ``hotpotqa-cpu``) end to end at smoke size with the real SmolLM2-135M-Instruct,
+the shipped HotpotQA sample and its BM25 corpus: validation before SFT, the gold-title expert warm start, one GRPO
 iteration, validation after SFT and after RL with EM/F1 per episode. Sizes are cut to a couple of minutes; the
 recipe's own sizes are measured in docs/recipes.md, not here."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-RECIPE = Path(__file__).resolve().parents[3] / "configs" / "hotpotqa-cpu.yaml"
+RECIPE = "hotpotqa-cpu"  # a named config this distribution ships
 
 
 @pytest.mark.slow
@@ -23,7 +23,7 @@ def test_hotpotqa_cpu_recipe_runs_end_to_end_at_smoke_size(tmp_path):
         "rollout.batch_size=1", "rollout.n=2", "rollout.max_new_tokens=32",
         "trainer.total_steps=1", "trainer.micro_batch_size=4", "trainer.train_layers=2", "trainer.threads=1",
     ]
-    assert main(["run", str(RECIPE), *overrides]) == 0
+    assert main(["run", RECIPE, *overrides]) == 0
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     validations = {r["label"]: r for r in records if r.get("event") == "validation"}
     assert set(validations) == {"before_sft", "after_sft", "after_rl"}
