@@ -21,12 +21,12 @@ import json
 import sys
 from pathlib import Path
 
-from common import GenerateLoopEngine, ROOT, episode_stats, load_avg, machine_info, print_table, quiet, write_result
+from common import GenerateLoopEngine, episode_stats, load_avg, machine_info, print_table, quiet, write_result
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default=str(ROOT / "configs" / "hotpotqa.yaml"))
+    parser.add_argument("--config", default="hotpotqa", help="a packaged config name or a YAML path")
     parser.add_argument("--episodes", type=int, default=8)
     parser.add_argument("--n", type=int, default=2)
     parser.add_argument("--context", default=None, help="env.context override (summary | window | append)")

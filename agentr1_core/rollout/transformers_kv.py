@@ -241,7 +241,7 @@ class BatchKV:
         new_mask = (shift >= 0).long()
         for layer in self.layers:
             _, h, _, d = layer.kbuf.shape
-            idx = gather[:, None, :, None].expand(n, h, new_width, d)
+            idx = gather[:, None, :, None].expand(n, h, new_width, d).to(layer.kbuf.device)
             kbuf = layer.kbuf.new_zeros((layer.kbuf.shape[0], h, new_width + HEADROOM, d))
             vbuf = layer.vbuf.new_zeros((layer.vbuf.shape[0], h, new_width + HEADROOM, layer.vbuf.shape[-1]))
             kbuf[:n, :, :new_width] = layer.kbuf[:n].gather(2, idx)

@@ -4,9 +4,9 @@ Only the positions that predict a response token go through the language-model h
 cuts the hidden states to the last ``max_response_len + 1`` positions, then a forward pre-hook on the output layer
 keeps, row by row, just the positions predicting that row's own response tokens and hands the head one flat
 ``[1, N, hidden]`` sequence (N = response tokens in the batch). So neither the vocabulary projection nor the
-log-softmax/entropy ever runs over prompt or padding positions. Log-probs are ``logit[target] - logsumexp(logits)``
-with ``logits / temperature`` (the sampling temperature, so that they match the engine's); the entropy reuses the
-same ``logsumexp``. The critic reads the final hidden state at the position that predicts the step's first action
+log-softmax/entropy ever runs over prompt or padding positions. Log-probs are ``log_softmax(logits / temperature)``
+at the target (the sampling temperature, so that they match the engine's); the entropy is
+``logsumexp - sum(softmax * logits)``. The critic reads the final hidden state at the position that predicts the step's first action
 token (the state the action was taken in), captured from the input of the output-embedding layer, so it works the
 same with or without a LoRA wrapper.
 
@@ -67,8 +67,8 @@ def response_forward(model: Any, inputs: ModelInputs, width: int, temperature: f
         logits = logits / temperature
     targets = inputs.input_ids[:, -rmax:][predicts].to(logits.device) if rmax > 0 else \
         inputs.input_ids.new_zeros((0,))
-    lse = torch.logsumexp(logits, dim=-1)  # [N]
-    token_lp = logits.gather(1, targets.unsqueeze(1)).squeeze(1) - lse
+    token_lp = torch.log_softmax(logits, dim=-1).gather(1, targets.unsqueeze(1)).squeeze(1)
+    lse = torch.logsumexp(logits, dim=-1) if with_entropy else None  # [N]
     valid = torch.arange(width, device=resp.device).unsqueeze(0) < counted.unsqueeze(1)  # [B, width]
     shape = (resp.shape[0], width)
     logprobs = token_lp.new_zeros(shape).masked_scatter(valid.to(token_lp.device), token_lp)

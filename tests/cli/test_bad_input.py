@@ -19,7 +19,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 CLI = str(Path(sys.executable).parent / "agentr1-core")
-ALFWORLD_DATA = REPO / "plugins" / "agentr1-env-alfworld" / "tests" / "data" / "alfworld"
+ALFWORLD_DATA = REPO / "plugins" / "agentr1-env-alfworld" / "agentr1_env_alfworld" / "data" / "alfworld_sample"
 MAX_LINE = 400
 # the HotpotQA recipe: a file in this repository, or the packaged config of that name
 HOTPOTQA = str(REPO / "configs" / "hotpotqa.yaml") if (REPO / "configs" / "hotpotqa.yaml").is_file() else "hotpotqa"
