@@ -1,13 +1,16 @@
-"""The ``agentr1-core`` command line: run | config show | plugins, plus subcommands that plugins add.
+"""The ``agentr1-core`` command line: run | config show | config list | plugins, plus subcommands that plugins add.
 
-User mistakes (unknown plugin name, bad config key or type, missing file, unwritable run directory or full disk)
-print one line to stderr and exit with code 2, without a traceback. ``plugins`` imports no heavy library.
+User mistakes (unknown plugin name, bad config key, type or value, missing file, unwritable or occupied run
+directory, full disk, a usage mistake) print one line to stderr and exit with code 2, without a traceback; overrides
+may come before or after flags. A run stopped by SIGTERM/SIGINT at a safe point exits with 128 + the signal number.
+``plugins`` imports no heavy library.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any, Sequence
 
@@ -41,14 +44,36 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = _load(args)
     if args.resume:
         cfg.trainer.resume = "auto"
-    run(cfg)
+    run(cfg, overwrite=args.overwrite)
     return 0
 
 
 def cmd_config_show(args: argparse.Namespace) -> int:
+    """Print the resolved config after the checks ``run`` makes before building anything (values, names, params,
+    model path): an invalid merge exits with code 2."""
     from omegaconf import OmegaConf
 
-    print(OmegaConf.to_yaml(_load(args)), end="")
+    from agentr1_core.plugins import configure_registry
+    from agentr1_core.preflight import preflight
+
+    cfg = _load(args)
+    preflight(cfg, configure_registry(cfg.plugins.allow, cfg.plugins.block), build=False)
+    print(OmegaConf.to_yaml(cfg), end="")
+    return 0
+
+
+def cmd_config_list(args: argparse.Namespace) -> int:
+    from agentr1_core.named_configs import config_rows
+
+    rows = config_rows()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'config':<16} {'distribution':<24} description")
+    for r in rows:
+        print(f"{r['name']:<16} {r['distribution']:<24} {r['description']}")
+        if args.verbose:
+            print(f"{'':<16} {'':<24} {r['path']}")
     return 0
 
 
@@ -76,8 +101,19 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage mistakes are one line on stderr (exit code 2), like every other user error; no abbreviated flags."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"agentr1-core: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="agentr1-core", description="Train multi-turn tool-using LLM agents with RL.")
     parser.add_argument("--version", action="version", version=f"agentr1-core {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -85,6 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     run_p = sub.add_parser("run", help="train: [CONFIG] [key=value ...] (no CONFIG: the embedded default)")
     run_p.add_argument("items", nargs="*", metavar="CONFIG_OR_OVERRIDE")
     run_p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in run_dir")
+    run_p.add_argument("--overwrite", action="store_true",
+                       help="start afresh in a run_dir that holds a previous run (its files are deleted)")
     run_p.set_defaults(func=cmd_run)
 
     cfg_p = sub.add_parser("config", help="inspect configs")
@@ -92,6 +130,10 @@ def build_parser() -> argparse.ArgumentParser:
     show_p = cfg_sub.add_parser("show", help="print the resolved config: [CONFIG] [key=value ...]")
     show_p.add_argument("items", nargs="*", metavar="CONFIG_OR_OVERRIDE")
     show_p.set_defaults(func=cmd_config_show)
+    list_p = cfg_sub.add_parser("list", help="named configs of the installed distributions (run NAME)")
+    list_p.add_argument("--json", action="store_true", help="machine-readable output")
+    list_p.add_argument("--verbose", "-v", action="store_true", help="also the YAML file of each")
+    list_p.set_defaults(func=cmd_config_list)
 
     plug_p = sub.add_parser("plugins", help="list installed plugins and their components")
     plug_p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -118,14 +160,21 @@ def _fail(message: str) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser()
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra and isinstance(getattr(args, "items", None), list) and not any(x.startswith("-") for x in extra):
+            args.items += extra  # overrides after a flag: run tiny --resume trainer.total_steps=1
+        elif extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
         if not getattr(args, "func", None):
             parser.print_help()
             return EXIT_USAGE
         return int(args.func(args) or 0)
     except PluginError as exc:  # ConfigError included
         return _fail(str(exc))
-    except FileNotFoundError as exc:
+    except BrokenPipeError:  # output piped into head & co: stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError, NotADirectoryError) as exc:
         return _fail(f"{exc.strerror}: {exc.filename}" if exc.filename else str(exc))
     except OSError as exc:
         from agentr1_core.lifecycle.checkpoint import RunDirError
@@ -133,8 +182,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(exc, RunDirError):  # unwritable run directory or disk full, found before training starts
             return _fail(str(exc))
         raise
-    except BrokenPipeError:  # output piped into head & co
-        return 0
+    except Exception as exc:
+        from agentr1_core.lifecycle.stop import RunStopped
+
+        if isinstance(exc, RunStopped):  # SIGTERM / SIGINT, stopped at a safe point with a checkpoint
+            print(f"agentr1-core: {exc}", file=sys.stderr)
+            return exc.exit_code
+        raise
     except KeyboardInterrupt:
         print("agentr1-core: interrupted", file=sys.stderr)
         return 130

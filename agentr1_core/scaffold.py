@@ -1,7 +1,8 @@
 """``agentr1-core new-plugin NAME --kind tool|env``: write a complete, installable third-party plugin package.
 
-The package has a pyproject with the ``agentr1`` entry point, the component, a README and a test that runs the
-conformance checker; ``pip install ./agentr1-NAME`` makes it show in ``agentr1-core plugins``.
+The package has a pyproject with the ``agentr1`` entry point, the component, a named run config shipped as package data
+(``agentr1_NAME/configs/NAME-tiny.yaml``), a README and tests (the conformance checker, the config); ``pip install
+./agentr1-NAME`` makes it show in ``agentr1-core plugins`` and ``agentr1-core config list``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 from agentr1_core import __version__
 
 PYPROJECT = '''[build-system]
-requires = ["setuptools>=68"]
+requires = ["setuptools>=77"]
 build-backend = "setuptools.build_meta"
 
 [project]
@@ -22,6 +23,7 @@ version = "0.1.0"
 description = "{title} for agentr1"
 readme = "README.md"
 requires-python = ">=3.10"
+license = "Apache-2.0"
 dependencies = ["agentr1-core>={core_version}"]
 
 [project.optional-dependencies]
@@ -32,16 +34,48 @@ test = ["pytest>=8"]
 
 [tool.setuptools]
 packages = ["{package}"]
+include-package-data = false  # exactly the package-data below
+
+[tool.setuptools.package-data]
+{package} = ["configs/*.yaml"]
 '''
 
-PLUGIN = '''"""Registers {title} with agentr1."""
+PLUGIN = '''"""Registers {title} with agentr1, and the run configs in ``{package}/configs/``."""
 
 from agentr1_core import {spec_cls}, hookimpl
+from agentr1_core.named_configs import package_configs
 
 
 @hookimpl
 def {hook}():
     return [{spec_cls}("{ident}", "{package}.{module}:{cls}", "{title}")]
+
+
+@hookimpl
+def agentr1_configs():
+    return package_configs("{package}")  # every configs/*.yaml: agentr1-core run {config}
+'''
+
+TOOL_CONFIG = '''# The default calculator task with the {ident} tool offered as well (a starting point for a recipe).
+base: tiny
+run_dir: runs/{config}
+env:
+  tools: [calculator, {ident}]
+'''
+
+ENV_CONFIG = '''# The {ident} env trained with GRPO on tiny sizes (a starting point for a recipe).
+run_dir: runs/{config}
+stages: [rl]
+model: {{path: smollm2-135m-instruct}}
+env: {{name: {ident}, max_turns: 3}}
+reward: null  # the env pays the reward
+algorithm: {{name: grpo}}
+data:
+  train: {{name: arithmetic, split: train, train_size: 16, val_size: 4}}
+  val: {{name: arithmetic, split: val, train_size: 16, val_size: 4}}
+rollout: {{batch_size: 2, n: 2, max_new_tokens: 16, max_turns: 3}}
+validation: {{every: 0, max_rows: 2}}
+trainer: {{total_steps: 2}}
 '''
 
 TOOL = '''"""{title}: an example tool. Replace ``execute`` with the real work."""
@@ -65,7 +99,9 @@ class {cls}(BaseTool):
         return text[::-1]
 '''
 
-TOOL_TEST = '''from agentr1_core.plugins import get_registry
+TOOL_TEST = '''from agentr1_core.config import load_config
+from agentr1_core.plugins import get_registry
+from agentr1_core.runner import check_components
 from agentr1_core.testing import check_tool
 
 from {package}.{module} import {cls}
@@ -78,6 +114,12 @@ def test_tool_contract_and_result():
 
 def test_registered_through_entry_point():
     assert "{ident}" in get_registry().names("tool")
+
+
+def test_shipped_config_resolves_by_name():
+    cfg = load_config("{config}")
+    check_components(cfg, get_registry())
+    assert "{ident}" in cfg.env.tools
 '''
 
 ENV = '''"""{title}: an example environment (guess a number). Replace with the real task."""
@@ -103,7 +145,9 @@ class {cls}(AgentEnv):
                           feedback=hint)
 '''
 
-ENV_TEST = '''from agentr1_core.plugins import get_registry
+ENV_TEST = '''from agentr1_core.config import load_config
+from agentr1_core.plugins import get_registry
+from agentr1_core.runner import check_components
 from agentr1_core.testing import check_env
 
 from {package}.{module} import {cls}
@@ -115,21 +159,30 @@ def test_env_contract():
 
 def test_registered_through_entry_point():
     assert "{ident}" in get_registry().names("env")
+
+
+def test_shipped_config_resolves_by_name():
+    cfg = load_config("{config}")
+    check_components(cfg, get_registry())
+    assert cfg.env.name == "{ident}"
 '''
 
 KINDS = {
-    "tool": dict(module="tool", hook="agentr1_tools", spec_cls="ToolSpec", body=TOOL, test=TOOL_TEST),
-    "env": dict(module="env", hook="agentr1_envs", spec_cls="EnvSpec", body=ENV, test=ENV_TEST),
+    "tool": dict(module="tool", hook="agentr1_tools", spec_cls="ToolSpec", body=TOOL, test=TOOL_TEST,
+                 config_body=TOOL_CONFIG),
+    "env": dict(module="env", hook="agentr1_envs", spec_cls="EnvSpec", body=ENV, test=ENV_TEST,
+                config_body=ENV_CONFIG),
 }
 
 README = '''# {dist}
 
-{title} for [agentr1](https://pypi.org/project/agentr1-core/).
+{title} for agentr1.
 
-    pip install -e .            # then: agentr1-core plugins
+    pip install .               # then: agentr1-core plugins; agentr1-core config list
     pip install -e '.[test]' && pytest
 
-Use it in a config as `{usage}`.
+Use it in a config as `{usage}`. The distribution also ships a run config, `{package}/configs/{config}.yaml`:
+`agentr1-core run {config}` runs it from any directory; every YAML file added to that folder becomes a named config.
 '''
 
 
@@ -143,19 +196,21 @@ def write_plugin(name: str, kind: str, directory: Path) -> Path:
         dist=f"agentr1-{name}", package=f"agentr1_{ident}", ident=ident, core_version=__version__,
         title=f"The {name} {kind}", cls="".join(p.title() for p in ident.split("_")) + kind.title(),
         usage=f"env: {{tools: [{{name: {ident}}}]}}" if kind == "tool" else f"env: {{name: {ident}}}",
-        **{k: v for k, v in KINDS[kind].items() if k not in ("body", "test")},
+        config=f"{name}-tiny",
+        **{k: v for k, v in KINDS[kind].items() if k not in ("body", "test", "config_body")},
     )
     root = directory / fields["dist"]
     if root.exists():
         raise FileExistsError(f"{root} already exists")
     pkg = root / fields["package"]
     (root / "tests").mkdir(parents=True)
-    pkg.mkdir()
+    (pkg / "configs").mkdir(parents=True)
     files = {
         root / "pyproject.toml": PYPROJECT, root / "README.md": README,
         pkg / "__init__.py": '"""{title} for agentr1."""\n', pkg / "plugin.py": PLUGIN,
         pkg / f"{fields['module']}.py": KINDS[kind]["body"],
         root / "tests" / f"test_{fields['module']}.py": KINDS[kind]["test"],
+        pkg / "configs" / f"{fields['config']}.yaml": KINDS[kind]["config_body"],
     }
     for path, template in files.items():
         path.write_text(template.format(**fields), encoding="utf-8")
@@ -169,7 +224,8 @@ def _cmd(args: argparse.Namespace) -> int:
         root = write_plugin(args.name, args.kind, Path(args.dir))
     except (ValueError, FileExistsError) as exc:
         raise PluginError(str(exc)) from exc
-    print(f"wrote {root}\nnext: pip install -e {root} && agentr1-core plugins && pytest {root}/tests")
+    print(f"wrote {root}\nnext: pip install -e {root} && agentr1-core plugins && agentr1-core config list && "
+          f"pytest {root}/tests")
     return 0
 
 

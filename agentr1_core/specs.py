@@ -11,10 +11,12 @@ from __future__ import annotations
 import importlib
 import inspect
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 KINDS = (
     "tool", "tool_format", "env", "agent_flow", "reward", "algorithm", "engine", "trainer", "dataset", "command",
+    "config",
 )
 
 
@@ -128,10 +130,37 @@ class CommandSpec(ComponentSpec):
     kind: ClassVar[str] = "command"
 
 
+@dataclass(frozen=True)
+class ConfigSpec(ComponentSpec):
+    """A named run config (``agentr1-core run NAME``, ``base: NAME``): ``factory`` is ``"package:relative/file.yaml"``,
+    a YAML file shipped as package data; ``load()`` returns a loader whose call gives the file's path."""
+
+    kind: ClassVar[str] = "config"
+
+    def load(self) -> Any:
+        package, _, relative = self.factory.partition(":")
+        if not package or not relative:
+            raise ValueError(f"config {self.name!r}: {self.factory!r} must look like 'package:relative/file.yaml'")
+        from importlib import resources
+
+        path = Path(str(resources.files(package).joinpath(relative)))
+
+        def config_path() -> Path:
+            """The YAML file of this config."""
+            if not path.is_file():
+                raise FileNotFoundError(2, "config file missing from its package", str(path))
+            return path
+
+        return config_path
+
+    def path(self) -> Path:
+        return self.load()()
+
+
 SPEC_TYPES: dict[str, type[ComponentSpec]] = {
     cls.kind: cls
     for cls in (ToolSpec, ToolFormatSpec, EnvSpec, AgentFlowSpec, RewardSpec, AlgorithmSpec, EngineSpec,
-                TrainerSpec, DatasetSpec, CommandSpec)
+                TrainerSpec, DatasetSpec, CommandSpec, ConfigSpec)
 }
 
 

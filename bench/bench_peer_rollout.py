@@ -5,7 +5,8 @@ One command: ``python bench/bench_peer_rollout.py``. The same held-out calculato
 hermes tool calls, up to ``rollout.max_turns`` turns, answer_match reward) run through the real rollout driver four
 ways; only the thing that generates changes:
 
-* ``engine``: ``TransformersEngine`` (continuous batching; every live episode's turn joins the running batch);
+* ``engine``: ``TransformersEngine`` (continuous batching; every live episode's turn joins the running batch;
+  prefix sharing on, its hit rate recorded); ``engine_no_prefix``: the same with the prefix store off;
 * ``plain_loop``: one ``model.generate`` call per turn per episode, one at a time;
 * ``trl``: TRL's ``GRPOTrainer._generate_single_turn`` (its non-vLLM path: one left-padded ``model.generate`` over
   the batch), called once per turn for all episodes still running — how TRL's tool loop regenerates;
@@ -38,11 +39,12 @@ from common import (
 VLLM_PYTHON = "/tmp/vllmvenv/bin/python"
 
 
-def run_method(name: str, model, tokenizer, rows, sampling, cfg) -> dict:
-    if name == "engine":
+def run_method(name: str, model, tokenizer, rows, sampling, cfg, n: int = 1) -> dict:
+    if name in ("engine", "engine_no_prefix"):
         from agentr1_core.rollout.transformers_engine import TransformersEngine
 
-        engine = TransformersEngine(model, tokenizer, max_batch_size=64)
+        engine = TransformersEngine(model, tokenizer, max_batch_size=64,
+                                    prefix_cache_mb=512 if name == "engine" else 0)
     elif name == "plain_loop":
         engine = GenerateLoopEngine(model, tokenizer)
     elif name == "trl":
@@ -59,11 +61,14 @@ def run_method(name: str, model, tokenizer, rows, sampling, cfg) -> dict:
     else:
         raise ValueError(name)
     load_before = load_avg()[0]
-    trajs, seconds = rollout_with(engine, tokenizer, rows, sampling, cfg)
+    trajs, seconds = rollout_with(engine, tokenizer, rows, sampling, cfg, n=n)
+    prefix = engine.take_prefix_stats() if hasattr(engine, "take_prefix_stats") else {}
     engine.close()
     stats = episode_stats(trajs)
     out = {"seconds": round(seconds, 2), "tokens_per_s": round(stats["generated_tokens"] / seconds, 2),
            "load_avg_1m_before": load_before, **stats}
+    if prefix:
+        out["prefix_hit_rate"] = round(prefix["prefix_hit_rate"], 4)
     if isinstance(engine, TurnBatchEngine):
         out["turn_batches"] = engine.batches
     return out
@@ -114,7 +119,12 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=16)
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--methods", default="engine,plain_loop,trl,vllm")
+    parser.add_argument("--model", choices=["warm", "base"], default="warm",
+                        help="warm: after the default SFT warm start (multi-turn episodes); base: the offline model "
+                             "as shipped (no warm start to build; it rarely calls the tool)")
+    parser.add_argument("--n", type=int, default=1, help="samples per row (a GRPO group shares its prompt)")
+    parser.add_argument("--out", default=None, help="result name (default: this benchmark's)")
+    parser.add_argument("--methods", default="engine,engine_no_prefix,plain_loop,trl,vllm")
     parser.add_argument("--vllm-python", default=VLLM_PYTHON)
     parser.add_argument("--vllm-timeout", type=int, default=900)
     parser.add_argument("--child-vllm", action="store_true", help=argparse.SUPPRESS)
@@ -130,7 +140,7 @@ def main() -> None:
     from agentr1_core.rollout.base import SamplingParams
 
     torch.set_num_threads(args.threads)
-    model_dir = warm_model_dir(args.threads)
+    model_dir = warm_model_dir(args.threads) if args.model == "warm" else args.model_dir or "smollm2-135m-instruct"
     model, tokenizer = load_model_and_tokenizer(str(model_dir))
     model.eval()
     cfg = default_config()
@@ -139,15 +149,17 @@ def main() -> None:
     rollout_with(GenerateLoopEngine(model, tokenizer), tokenizer, rows[:1], sampling, cfg)  # warm kernels once
 
     result = {"benchmark": "peer_rollout", "machine": machine_info(), "load_avg_start": load_avg(),
-              "model": "SmolLM2-135M-Instruct after the default SFT warm start", "episodes": args.episodes,
+              "model": ("SmolLM2-135M-Instruct after the default SFT warm start" if args.model == "warm"
+                        else "SmolLM2-135M-Instruct as shipped (no warm start)"),
+              "episodes": args.episodes * args.n, "rows": args.episodes, "n": args.n,
               "max_new_tokens": args.max_new_tokens, "max_turns": int(cfg.rollout.max_turns), "decoding": "greedy",
               "threads": args.threads, "results": {}}
     for name in args.methods.split(","):
         print(f"[{name}] ...", flush=True)
-        row = run_vllm(args, model_dir) if name == "vllm" else run_method(name, model, tokenizer, rows, sampling, cfg)
+        row = run_vllm(args, model_dir) if name == "vllm" else run_method(name, model, tokenizer, rows, sampling, cfg, args.n)
         result["results"][name] = row
         print(f"[{name}] {json.dumps({k: v for k, v in row.items() if k != 'turn_batches'})}", flush=True)
-        write_result("peer_rollout", result)
+        write_result(args.out or "peer_rollout", result)
     base = result["results"].get("plain_loop", {}).get("tokens_per_s")
     table = []
     for name, row in result["results"].items():
@@ -160,7 +172,7 @@ def main() -> None:
                       row.get("speedup_vs_plain_loop"), row["load_avg_1m_before"]])
     result["load_avg_end"] = load_avg()
     print_table(["method", "gen tokens", "turns/ep", "seconds", "tok/s", "x plain", "load"], table)
-    print(f"wrote {write_result('peer_rollout', result)}")
+    print(f"wrote {write_result(args.out or 'peer_rollout', result)}")
 
 
 if __name__ == "__main__":

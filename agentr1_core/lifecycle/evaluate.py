@@ -1,4 +1,7 @@
-"""``agentr1-core eval CONFIG [key=value ...] --checkpoint PATH|latest [--out FILE]``: validation only.
+"""``agentr1-core eval CONFIG|RUN_DIR [key=value ...] --checkpoint PATH|latest [--out FILE]``: validation only.
+
+Given a run directory, it uses the config the run saved there (``config.yaml``) and, unless told otherwise, the
+run's latest checkpoint; it says which checkpoint it used.
 
 Builds the run's components exactly as the local trainer does, loads the weights of a checkpoint (``latest``: the
 newest complete one in the config's ``run_dir``; omitted: the configured model as it is), runs ``validation.n``
@@ -92,15 +95,23 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from agentr1_core.cli import _split_config_args
     from agentr1_core.config import load_config
     from agentr1_core.lifecycle.metrics import clean
+    from agentr1_core.lifecycle.run_dir import saved_config
     from agentr1_core.plugins import configure_registry
-    from agentr1_core.runner import check_components
+    from agentr1_core.preflight import preflight
 
     config, overrides = _split_config_args(args.items)
-    cfg = load_config(config, overrides)
+    checkpoint = args.checkpoint
+    saved = saved_config(config) if config else None
+    if saved is not None:  # eval RUN_DIR: the run's own config, its run_dir, its latest checkpoint
+        cfg = load_config(str(saved), [f"run_dir={Path(config)}", *overrides])
+        checkpoint = checkpoint or "latest"
+    else:
+        cfg = load_config(config, overrides)
     registry = configure_registry(cfg.plugins.allow, cfg.plugins.block)
-    check_components(cfg, registry)
+    preflight(cfg, registry)
     t0 = time.perf_counter()
-    report = evaluate(cfg, registry, args.checkpoint)
+    report = evaluate(cfg, registry, checkpoint)
+    print(f"[eval] checkpoint {report['checkpoint'] or 'none (the configured model as it is)'}", flush=True)
     name = Path(report["checkpoint"]).name if report["checkpoint"] else "base"
     out = Path(args.out) if args.out else Path(str(cfg.run_dir)) / f"eval_{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -112,8 +123,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("items", nargs="*", metavar="CONFIG_OR_OVERRIDE")
+    parser.add_argument("items", nargs="*", metavar="CONFIG_OR_RUN_DIR_OR_OVERRIDE")
     parser.add_argument("--checkpoint", default=None,
-                        help="a checkpoint folder, or 'latest' in run_dir (default: the configured model as is)")
+                        help="a checkpoint folder, or 'latest' in run_dir (default: the configured model as is; "
+                             "for a RUN_DIR: latest)")
     parser.add_argument("--out", default=None, help="JSON report path (default RUN_DIR/eval_<checkpoint>.json)")
     parser.set_defaults(func=cmd_eval)

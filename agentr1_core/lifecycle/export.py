@@ -54,4 +54,11 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir")
     parser.add_argument("out")
     parser.add_argument("--checkpoint", default=None, help="a checkpoint folder (default: the latest)")
-    parser.set_defaults(func=lambda args: print(export_model(args.run_dir, args.out, args.checkpoint)) or 0)
+    parser.set_defaults(func=_cmd_export)
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    ckpt = Path(args.checkpoint) if args.checkpoint else latest_checkpoint(args.run_dir)
+    out = export_model(args.run_dir, args.out, ckpt)
+    print(f"[export] checkpoint {ckpt} -> {out}", flush=True)
+    return 0

@@ -2,10 +2,18 @@
 
 Design. A background thread owns one running batch (left-padded, rows aligned on a common KV length, see
 ``transformers_kv``). Every loop iteration it (1) scores any pending ``score`` requests in one padded forward,
-(2) prefills newly arrived ``generate`` requests as a small batch and merges them into the running batch, and
+(2) prefills newly arrived ``generate`` requests as a small batch and adds them to the running batch in place, and
 (3) runs one decode step for all running rows at once, sampling the whole batch in one call. Rows that hit EOS, a
-stop string, ``max_new_tokens`` or the context limit leave the batch right away and their coroutine is resumed;
-a request that arrives mid-decode joins at the next step instead of waiting for the batch to drain.
+stop string, ``max_new_tokens`` or the context limit leave the batch right away (their slot is refilled by the last
+row, nothing else moves) and their coroutine is resumed; a request that arrives mid-decode joins at the next step.
+
+Prefix sharing (``prefix_cache_mb`` > 0, see ``prefix_cache``). A prompt is prefilled only past the longest prefix
+whose keys/values the engine already holds: each prefilled prompt is stored, and so is every finished request's
+prompt + response, so a shared system prompt, the ``n`` samples of one prompt and a next turn that extends the last
+one are not computed again. Requests of one admission that share an uncached block wait one step for the first of
+them. Reuse is exact up to floating-point summation order (the keys/values of a prefix do not depend on what
+follows it); the store is dropped when any parameter changes in place. ``take_prefix_stats()`` reports the hit rate
+(prefix tokens reused / prompt tokens) since its last call.
 
 Why not transformers' own continuous batching (``generate_batch`` / ``init_continuous_batching``)? It exists in
 transformers 5.24 and can return log-probs, but on this CPU/fp32 setup it ran at about half the speed of a padded
@@ -37,7 +45,8 @@ from typing import Any
 import torch
 
 from .base import Generation, SamplingParams
-from .transformers_kv import BatchKV
+from .prefix_cache import BLOCK, PrefixStore, chain_hashes
+from .transformers_kv import BatchKV, prefill_batch
 from .transformers_sampling import RowSampling, sample_rows
 
 
@@ -70,11 +79,21 @@ def _resolve(req: _Request, value: Any, error: BaseException | None = None) -> N
         pass
 
 
+def cache_keyword(model: Any) -> str:
+    """The forward keyword of the KV cache: ``cache`` in recent transformers, ``past_key_values`` in the releases
+    before the rename (e.g. the 5.9 that verl 0.9 pins)."""
+    import inspect
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
 class TransformersEngine:
     """Continuous-batching engine over a causal LM; see the module docstring."""
 
     def __init__(self, model, tokenizer, max_batch_size: int = 64, max_context: int | None = None,
-                 device: str = "cpu", prefill_tokens: int = 8192, seed: int | None = None) -> None:
+                 device: str = "cpu", prefill_tokens: int = 8192, seed: int | None = None,
+                 prefix_cache_mb: float = 512.0, prefix_cache_responses: bool = True) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
@@ -82,6 +101,7 @@ class TransformersEngine:
         self.device = torch.device(device)
         self.prefill_tokens = prefill_tokens
         self.eos_ids = self._eos_ids(model, tokenizer)
+        self._cache_kw = cache_keyword(model)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_ids, default=0)
         self.num_layers = model.config.get_text_config().num_hidden_layers
         self._generator = torch.Generator(device="cpu")
@@ -89,11 +109,16 @@ class TransformersEngine:
         self._inbox: queue.Queue[_Request | None] = queue.Queue()
         self._pending: list[_Request] = []
         self._running: list[_Request] = []
-        self._kv = BatchKV(self.num_layers)
+        self._kv = BatchKV(self.num_layers, row_capacity=max_batch_size)
+        self._store = PrefixStore(int(prefix_cache_mb * 2**20)) if prefix_cache_mb > 0 else None
+        self.prefix_cache_responses = bool(prefix_cache_responses)
+        self._weights_version: int | None = None
+        self._window = {"prompt_tokens": 0, "prefix_reused_tokens": 0}
         self._closed = False
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self.stats = {"decode_steps": 0, "prefills": 0, "generated_tokens": 0, "max_running": 0}
+        self.stats = {"decode_steps": 0, "prefills": 0, "generated_tokens": 0, "max_running": 0,
+                      "prompt_tokens": 0, "prefix_reused_tokens": 0, "repacks": 0}
 
     @classmethod
     def from_config(cls, path: str, dtype: str = "float32", device: str = "cpu", cache_dir: str | None = None,
@@ -151,6 +176,15 @@ class TransformersEngine:
             for name, value in state.items():
                 if name in params:
                     params[name].copy_(value)
+
+    def take_prefix_stats(self) -> dict[str, float]:
+        """Prompt tokens admitted and prefix tokens reused since the last call, and their ratio (the hit rate)."""
+        window = dict(self._window)
+        self._window["prompt_tokens"] -= window["prompt_tokens"]
+        self._window["prefix_reused_tokens"] -= window["prefix_reused_tokens"]
+        prompt = window["prompt_tokens"]
+        return {"prefix_hit_rate": window["prefix_reused_tokens"] / prompt if prompt else 0.0,
+                "prefix_reused_tokens": float(window["prefix_reused_tokens"]), "prompt_tokens": float(prompt)}
 
     def close(self) -> None:
         self._closed = True
@@ -210,46 +244,84 @@ class TransformersEngine:
 
     def _drop_cancelled(self) -> None:
         self._pending = [r for r in self._pending if not r.future.cancelled()]
-        keep = [i for i, r in enumerate(self._running) if not r.future.cancelled()]
-        if len(keep) != len(self._running):
-            self._running = [self._running[i] for i in keep]
-            self._kv.select(keep)
+        drop = [i for i, r in enumerate(self._running) if r.future.cancelled()]
+        if drop:
+            order = self._kv.remove(drop)
+            self._running = [self._running[i] for i in order]
+
+    def _check_weights(self) -> None:
+        """Drop the prefix store when any parameter was modified in place since the last admission."""
+        version = sum(p._version for p in self.model.parameters())
+        if version != self._weights_version:
+            self._weights_version = version
+            self._store.clear()
 
     def _admit(self) -> None:
+        """Prefill a batch of pending requests (each from its longest cached prefix) and add it to the running
+        batch. A request whose next uncached block is also in an earlier request of this batch waits one step, so
+        that it reuses that request's prompt instead of computing it again (the ``n`` samples of one prompt)."""
         room = self.max_batch_size - len(self._running)
+        if self._store is not None:
+            self._check_weights()
         batch: list[_Request] = []
+        hits: list[tuple[Any, int]] = []
+        waiting: list[_Request] = []
+        claimed: set[int] = set()
         longest = 0
+        taken = 0
         for req in self._pending:
             if len(batch) >= room:
                 break
-            new_longest = max(longest, len(req.prompt))
+            entry, reused = (self._store.lookup(req.prompt, len(req.prompt) - 1) if self._store is not None
+                             else (None, 0))
+            hashes = chain_hashes(req.prompt) if self._store is not None else []
+            block = reused // BLOCK
+            if block < len(hashes) and hashes[block] in claimed:
+                waiting.append(req)
+                taken += 1
+                continue
+            new_longest = max(longest, len(req.prompt) - reused)
             if batch and new_longest * (len(batch) + 1) > self.prefill_tokens:
                 break
             batch.append(req)
+            hits.append((entry, reused))
+            claimed.update(hashes)
             longest = new_longest
-        self._pending = self._pending[len(batch):]
+            taken += 1
+        self._pending = waiting + self._pending[taken:]
+        if not batch:
+            return
         for req in batch:
             self._init_row(req)
-        new_kv = BatchKV(self.num_layers)
+        reused = [m for _, m in hits]
+        suffix = [len(req.prompt) - m for req, m in zip(batch, reused)]
+        new_kv = prefill_batch(self.num_layers, [(e.keys, e.values) if e is not None else None for e, _ in hits],
+                               reused, suffix)
         ids = torch.full((len(batch), longest), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(batch), longest), dtype=torch.long)
-        for i, req in enumerate(batch):
-            ids[i, longest - len(req.prompt):] = torch.tensor(req.prompt, dtype=torch.long)
-            mask[i, longest - len(req.prompt):] = 1
-        new_kv.mask = mask
-        positions = (mask.cumsum(1) - 1).clamp(min=0)
+        for i, (req, m) in enumerate(zip(batch, reused)):
+            ids[i, longest - len(req.prompt) + m:] = torch.tensor(req.prompt[m:], dtype=torch.long)
+        mask = new_kv.mask
+        positions = (mask.cumsum(1) - 1).clamp(min=0)[:, mask.shape[1] - longest:]
         try:
             logits = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                                position_ids=positions.to(self.device), cache=new_kv.cache, use_cache=True,
+                                position_ids=positions.to(self.device), **{self._cache_kw: new_kv.cache},
+                                use_cache=True,
                                 logits_to_keep=1).logits[:, -1]
         except Exception as exc:
             for req in batch:
                 self._finish(req, "error", error=exc)
             return
         self.stats["prefills"] += 1
+        for key, value in (("prompt_tokens", sum(len(r.prompt) for r in batch)), ("prefix_reused_tokens", sum(reused))):
+            self.stats[key] += value
+            self._window[key] += value
+        if self._store is not None:
+            for i, req in enumerate(batch):
+                if not self._store.covered(req.prompt):
+                    self._store.insert(req.prompt, *new_kv.row_kv(i))
         start = len(self._running)
         self._running.extend(batch)
-        self._kv.merge(new_kv)
+        self._kv.add(new_kv)
         self._sample_and_retire(logits, start)
 
     def _init_row(self, req: _Request) -> None:
@@ -263,11 +335,14 @@ class TransformersEngine:
             req.stop_window = max(len(x) for x in s.stop) + 4
 
     def _decode_step(self) -> None:
+        if self._kv.maybe_repack():
+            self.stats["repacks"] += 1
         last = torch.tensor([[r.tokens[-1]] for r in self._running], dtype=torch.long)
         positions = self._kv.mask.sum(1, keepdim=True)
         self._kv.append_mask_column()
         logits = self.model(input_ids=last.to(self.device), attention_mask=self._kv.mask.to(self.device),
-                            position_ids=positions.to(self.device), cache=self._kv.cache, use_cache=True).logits[:, -1]
+                            position_ids=positions.to(self.device), **{self._cache_kw: self._kv.cache},
+                            use_cache=True).logits[:, -1]
         self.stats["decode_steps"] += 1
         self.stats["max_running"] = max(self.stats["max_running"], len(self._running))
         self._sample_and_retire(logits)
@@ -276,19 +351,28 @@ class TransformersEngine:
         """Sample one token for running rows ``start:`` (``logits`` has one row each) and retire finished rows."""
         rows = self._running[start:]
         tokens, logprobs = sample_rows(logits, [r.row for r in rows], self._generator)
-        keep: list[int] = list(range(start))
+        drop: list[int] = []
         for i, (req, tok, lp) in enumerate(zip(rows, tokens.tolist(), logprobs.tolist()), start):
             req.tokens.append(tok)
             req.logprobs.append(lp)
             reason = self._finish_reason(req, tok)
-            if reason is None:
-                keep.append(i)
-            else:
+            if reason is not None:
+                drop.append(i)
+                self._remember(i, req)
                 self._finish(req, reason)
         self.stats["generated_tokens"] += len(rows)
-        if len(keep) != len(self._running):
-            self._running = [self._running[i] for i in keep]
-            self._kv.select(keep)
+        if drop:
+            order = self._kv.remove(drop)
+            self._running = [self._running[i] for i in order]
+
+    def _remember(self, row: int, req: _Request) -> None:
+        """Store a finished row's prompt + response (all but the last token, which was never fed) for a next turn
+        that extends it."""
+        if self._store is None or not self.prefix_cache_responses or len(req.tokens) < 2:
+            return
+        seq = req.prompt + req.tokens[:-1]
+        if not self._store.covered(seq):
+            self._store.insert(seq, *self._kv.row_kv(row))
 
     def _finish_reason(self, req: _Request, tok: int) -> str | None:
         if tok in self.eos_ids:

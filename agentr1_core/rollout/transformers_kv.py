@@ -1,15 +1,23 @@
-"""A growable, row-editable KV cache for the continuous-batching loop of the transformers engine.
+"""The KV cache of the running batch of the transformers engine, with rows that join and leave in place.
 
-Rows of the running batch are left-padded and aligned on a common cache length, so that one decode step feeds one
-token per row. ``BufferLayer`` is a ``DynamicLayer`` that writes new keys/values into a preallocated buffer (with
-headroom) instead of concatenating, which makes a decode step O(new tokens) in copies rather than O(cache length).
-``BatchKV`` holds one such layer per decoder layer plus the 2D attention mask and can
+Rows are left-padded and share one cache length ``L``, so that a decode step feeds one token per row and writes
+column ``L`` of every row. The keys/values of each decoder layer live in one preallocated buffer
+``[row capacity, heads, column capacity, head dim]`` (``BufferLayer``); the model sees the view
+``[:rows, :, :L]``. What moves when the batch changes:
 
-* ``select`` rows (finished sequences leave) and drop left columns that no remaining row uses, and
-* ``merge`` a freshly prefilled batch into the running one (both right-aligned on the longer length).
+* a row leaves (``remove``): the last row is copied into its slot (one row, not the batch) and the row count
+  shrinks; the caller reorders its request list with the returned order;
+* rows join (``add``): their columns are written into free row slots. When they are longer than ``L`` the running
+  rows are not shifted: ``L`` grows and the new columns are masked out for them (a hole between their last token and
+  the next one). Holes are harmless: attention masks them, positions come from the mask, and column order is still
+  token order;
+* ``repack`` (called when holes or left padding waste more than a quarter of the width) right-aligns every row's
+  real tokens again in a fresh buffer; it is the only whole-cache copy besides capacity growth (amortised).
 
-Only full-attention decoder layers are handled (sliding windows are still respected through the model's own mask,
-but nothing is evicted). This module does not run the model.
+``prefill_batch`` builds the cache of a batch about to be prefilled whose rows start from cached prefixes (see
+``prefix_cache``): each row's prefix keys/values are placed right-aligned in a prefix region, the uncached suffixes
+follow in a second, left-padded region. Only full-attention decoder layers are handled (sliding windows are still
+respected through the model's own mask, but nothing is evicted). This module does not run the model.
 """
 
 from __future__ import annotations
@@ -21,41 +29,58 @@ HEADROOM = 64  # extra cache columns allocated on every (re)build, so most decod
 
 
 class BufferLayer(DynamicLayer):
-    """Keys/values live in ``kbuf``/``vbuf`` [B, H, capacity, D]; the first ``length`` columns are valid."""
+    """Keys/values of the first ``rows`` rows and ``length`` columns of ``kbuf``/``vbuf`` are the cache."""
 
     def __init__(self) -> None:
         super().__init__()
         self.kbuf: torch.Tensor | None = None
         self.vbuf: torch.Tensor | None = None
+        self.rows = 0
         self.length = 0
 
-    def _expose(self) -> None:
-        self.keys = self.kbuf[:, :, : self.length]
-        self.values = self.vbuf[:, :, : self.length]
+    def expose(self) -> None:
+        if self.kbuf is None:
+            self.keys = self.values = None
+            self.is_initialized = False
+            return
+        self.keys = self.kbuf[: self.rows, :, : self.length]
+        self.values = self.vbuf[: self.rows, :, : self.length]
         self.is_initialized = True
 
-    def set_buffers(self, kbuf: torch.Tensor, vbuf: torch.Tensor, length: int) -> None:
-        self.kbuf, self.vbuf, self.length = kbuf, vbuf, length
+    def set_buffers(self, kbuf: torch.Tensor, vbuf: torch.Tensor, rows: int, length: int) -> None:
+        self.kbuf, self.vbuf, self.rows, self.length = kbuf, vbuf, rows, length
         self.device = kbuf.device
-        self._expose()
+        self.expose()
+
+    def reserve(self, rows: int, columns: int, row_capacity: int = 0) -> None:
+        """Make room for ``rows`` x ``columns`` (keeping the current content); columns grow by 1.5x plus headroom,
+        rows to at least ``row_capacity``."""
+        if self.kbuf is None or (rows <= self.kbuf.shape[0] and columns <= self.kbuf.shape[2]):
+            return
+        b_cap = max(rows, row_capacity, self.kbuf.shape[0])
+        c_cap = self.kbuf.shape[2] if columns <= self.kbuf.shape[2] else columns + max(HEADROOM, columns // 2)
+        _, h, _, d = self.kbuf.shape
+        kbuf = self.kbuf.new_zeros((b_cap, h, c_cap, d))
+        vbuf = self.vbuf.new_zeros((b_cap, h, c_cap, self.vbuf.shape[-1]))
+        kbuf[: self.rows, :, : self.length] = self.kbuf[: self.rows, :, : self.length]
+        vbuf[: self.rows, :, : self.length] = self.vbuf[: self.rows, :, : self.length]
+        self.set_buffers(kbuf, vbuf, self.rows, self.length)
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        n = key_states.shape[-2]
+        b, h, n, d = key_states.shape
         need = self.length + n
-        if self.kbuf is None or need > self.kbuf.shape[2]:
-            cap = need + max(HEADROOM, need // 2)
-            b, h, _, d = key_states.shape
-            kbuf = key_states.new_zeros((b, h, cap, d))
-            vbuf = value_states.new_zeros((b, h, cap, value_states.shape[-1]))
-            if self.kbuf is not None and self.length:
-                kbuf[:, :, : self.length] = self.kbuf[:, :, : self.length]
-                vbuf[:, :, : self.length] = self.vbuf[:, :, : self.length]
-            self.kbuf, self.vbuf = kbuf, vbuf
+        if self.kbuf is None:
+            self.kbuf = key_states.new_zeros((b, h, need + HEADROOM, d))
+            self.vbuf = value_states.new_zeros((b, h, need + HEADROOM, value_states.shape[-1]))
+            self.rows = b
             self.device = key_states.device
-        self.kbuf[:, :, self.length: need] = key_states
-        self.vbuf[:, :, self.length: need] = value_states
+        elif b != self.rows:
+            raise ValueError(f"cache has {self.rows} rows, the forward passed {b}")
+        self.reserve(b, need)
+        self.kbuf[:b, :, self.length: need] = key_states
+        self.vbuf[:b, :, self.length: need] = value_states
         self.length = need
-        self._expose()
+        self.expose()
         return self.keys, self.values
 
     def get_seq_length(self) -> int:
@@ -63,35 +88,81 @@ class BufferLayer(DynamicLayer):
 
 
 class BatchKV:
-    """The cache + attention mask of a left-padded batch. ``mask``: [B, L] long (1 = real token)."""
+    """The cache + 2D attention mask (``mask``: [rows, columns] long, 1 = real token) of a left-padded batch."""
 
-    def __init__(self, num_layers: int) -> None:
+    def __init__(self, num_layers: int, row_capacity: int = 0) -> None:
         self.layers = [BufferLayer() for _ in range(num_layers)]
+        self.row_capacity = row_capacity  # rows allocated up front, so that joining rows never regrow the buffers
         self.cache = Cache(layers=self.layers)
-        self.mask: torch.Tensor | None = None
+        self._mask: torch.Tensor | None = None  # [row capacity, column capacity]
+        self.rows = 0
+        self.columns = 0
+
+    # -- views ------------------------------------------------------------------------------------------------------
+    @property
+    def mask(self) -> torch.Tensor | None:
+        return None if self._mask is None else self._mask[: self.rows, : self.columns]
+
+    @mask.setter
+    def mask(self, value: torch.Tensor) -> None:
+        self._mask = value
+        self.rows, self.columns = value.shape
 
     @property
     def batch_size(self) -> int:
-        return 0 if self.mask is None else self.mask.shape[0]
+        return self.rows
 
     @property
     def length(self) -> int:
-        return 0 if self.mask is None else self.mask.shape[1]
+        return self.columns
 
+    def _reserve_mask(self, rows: int, columns: int) -> None:
+        m = self._mask
+        if m is not None and rows <= m.shape[0] and columns <= m.shape[1]:
+            return
+        r_cap = max(rows, self.row_capacity, 0 if m is None else m.shape[0])
+        c_cap = columns + max(HEADROOM, columns // 2)
+        new = torch.zeros((r_cap, c_cap), dtype=torch.long)
+        if m is not None:
+            new[: self.rows, : self.columns] = m[: self.rows, : self.columns]
+        self._mask = new
+
+    # -- decode -----------------------------------------------------------------------------------------------------
     def append_mask_column(self) -> None:
         """Grow the mask by one real-token column for every row (done before each decode step)."""
-        self.mask = torch.cat([self.mask, self.mask.new_ones((self.mask.shape[0], 1))], dim=1)
+        self._reserve_mask(self.rows, self.columns + 1)
+        self._mask[: self.rows, self.columns] = 1
+        self.columns += 1
 
     def clear(self) -> None:
         for layer in self.layers:
-            layer.kbuf = layer.vbuf = None
-            layer.length = 0
-            layer.keys = layer.values = None
-            layer.is_initialized = False
-        self.mask = None
+            layer.rows = layer.length = 0
+            layer.expose()
+        self.rows = self.columns = 0
+
+    # -- rows leave / join ------------------------------------------------------------------------------------------
+    def remove(self, drop: list[int]) -> list[int]:
+        """Drop rows ``drop``; returns ``order``: new row ``j`` is old row ``order[j]``. Copies one row per drop."""
+        order = list(range(self.rows))
+        for i in sorted(set(drop), reverse=True):
+            last = len(order) - 1
+            if i != last:
+                for layer in self.layers:
+                    layer.kbuf[i, :, : layer.length] = layer.kbuf[last, :, : layer.length]
+                    layer.vbuf[i, :, : layer.length] = layer.vbuf[last, :, : layer.length]
+                self._mask[i, : self.columns] = self._mask[last, : self.columns]
+                order[i] = order[last]
+            order.pop()
+        self.rows = len(order)
+        for layer in self.layers:
+            layer.rows = self.rows
+            layer.expose()
+        if self.rows == 0:
+            self.clear()
+        return order
 
     def select(self, rows: list[int]) -> None:
-        """Keep only ``rows`` (in that order) and trim left columns that are padding in every kept row."""
+        """Keep only ``rows`` (in that order, into a fresh buffer) and trim left columns that every kept row pads."""
         if not rows:
             self.clear()
             return
@@ -99,44 +170,122 @@ class BatchKV:
         mask = self.mask[idx]
         used = mask.any(dim=0).nonzero()
         start = int(used[0]) if used.numel() else mask.shape[1]
-        _rebuild(self, [(self, idx, start)], mask.shape[1] - start)
+        width = mask.shape[1] - start
+        for layer in self.layers:
+            k = layer.kbuf[idx, :, start: layer.length]
+            v = layer.vbuf[idx, :, start: layer.length]
+            kbuf = k.new_zeros((len(rows), k.shape[1], width + HEADROOM, k.shape[3]))
+            vbuf = v.new_zeros((len(rows), v.shape[1], width + HEADROOM, v.shape[3]))
+            kbuf[:, :, :width], vbuf[:, :, :width] = k, v
+            layer.set_buffers(kbuf, vbuf, len(rows), width)
+        self.mask = mask[:, start:].clone()
 
-    def merge(self, other: "BatchKV") -> None:
-        """Append the rows of ``other`` (a freshly prefilled batch) after this batch's rows."""
-        if self.batch_size == 0:
-            _rebuild(self, [(other, None, 0)], other.length)
+    def add(self, other: "BatchKV") -> None:
+        """Append the rows of ``other`` (a freshly prefilled batch) after this batch's rows, in place."""
+        if other.rows == 0:
             return
-        target = max(self.length, other.length)
-        _rebuild(self, [(self, None, 0), (other, None, 0)], target)
+        if self.rows == 0:
+            self.columns = 0
+        n, m = self.rows, other.rows
+        target = max(self.columns, other.columns)
+        self._reserve_mask(n + m, target)
+        if target > self.columns:  # running rows get a masked hole up to the new length
+            self._mask[:n, self.columns: target] = 0
+        offset = target - other.columns
+        self._mask[n: n + m, :offset] = 0
+        self._mask[n: n + m, offset: target] = other.mask
+        for mine, theirs in zip(self.layers, other.layers):
+            if mine.kbuf is None:
+                _, h, _, d = theirs.kbuf.shape
+                shape = (max(m, self.row_capacity), h, target + HEADROOM)
+                mine.kbuf = theirs.kbuf.new_zeros(shape + (d,))
+                mine.vbuf = theirs.vbuf.new_zeros(shape + (theirs.vbuf.shape[-1],))
+            mine.reserve(n + m, target, self.row_capacity)
+            mine.kbuf[n: n + m, :, offset: target] = theirs.kbuf[:, :, : theirs.length]
+            mine.vbuf[n: n + m, :, offset: target] = theirs.vbuf[:, :, : theirs.length]
+            mine.rows, mine.length = n + m, target
+            mine.expose()
+        self.rows, self.columns = n + m, target
+
+    merge = add
+
+    # -- compaction -------------------------------------------------------------------------------------------------
+    def wasted_columns(self) -> int:
+        """Columns beyond the longest row's real tokens (holes + shared left padding)."""
+        if self.rows == 0:
+            return 0
+        return self.columns - int(self.mask.sum(1).max())
+
+    def maybe_repack(self) -> bool:
+        """Repack when more than a quarter of the width (and at least ``HEADROOM`` columns) is wasted."""
+        waste = self.wasted_columns()
+        if waste > max(HEADROOM, self.columns // 4):
+            self.repack()
+            return True
+        return False
+
+    def repack(self) -> None:
+        """Right-align every row's real tokens (dropping holes) in fresh buffers of the same row capacity."""
+        if self.rows == 0:
+            return
+        mask = self.mask
+        n, width = mask.shape
+        real = mask.sum(1)
+        new_width = int(real.max())
+        cols = torch.arange(width).expand(n, width)
+        # real columns first, in their order: sort by (is padding, column)
+        real_cols = torch.sort((1 - mask) * width + cols, dim=1).values % width
+        j = torch.arange(new_width).expand(n, new_width)
+        shift = j - (new_width - real.unsqueeze(1))
+        gather = real_cols.gather(1, shift.clamp(min=0))
+        new_mask = (shift >= 0).long()
+        for layer in self.layers:
+            _, h, _, d = layer.kbuf.shape
+            idx = gather[:, None, :, None].expand(n, h, new_width, d)
+            kbuf = layer.kbuf.new_zeros((layer.kbuf.shape[0], h, new_width + HEADROOM, d))
+            vbuf = layer.vbuf.new_zeros((layer.vbuf.shape[0], h, new_width + HEADROOM, layer.vbuf.shape[-1]))
+            kbuf[:n, :, :new_width] = layer.kbuf[:n].gather(2, idx)
+            vbuf[:n, :, :new_width] = layer.vbuf[:n].gather(2, idx)
+            layer.set_buffers(kbuf, vbuf, n, new_width)
+        self._mask = None
+        self.rows, self.columns = 0, 0
+        self._reserve_mask(max(n, 1), new_width)
+        self._mask[:n, :new_width] = new_mask
+        self.rows, self.columns = n, new_width
+
+    # -- row contents -----------------------------------------------------------------------------------------------
+    def row_kv(self, row: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Copies of row ``row``'s keys and values at its real columns, per layer ([heads, tokens, head dim])."""
+        cols = self.mask[row].nonzero().squeeze(1)
+        keys = [layer.kbuf[row][:, cols] for layer in self.layers]
+        values = [layer.vbuf[row][:, cols] for layer in self.layers]
+        return keys, values
 
 
-def _rebuild(dest: BatchKV, parts: list[tuple[BatchKV, torch.Tensor | None, int]], target_len: int) -> None:
-    """Copy each part's rows (columns ``start:``) right-aligned into fresh buffers of ``target_len`` + headroom."""
-    sizes = [src.batch_size if rows is None else len(rows) for src, rows, _ in parts]
-    total = sum(sizes)
-    masks = []
-    for (src, rows, start), size in zip(parts, sizes):
-        m = src.mask if rows is None else src.mask[rows]
-        m = m[:, start:]
-        pad = target_len - m.shape[1]
-        masks.append(torch.cat([m.new_zeros((size, pad)), m], dim=1) if pad else m)
-    new_mask = torch.cat(masks, dim=0)
-    cap = target_len + HEADROOM
-    for li, layer in enumerate(dest.layers):
-        ref = parts[0][0].layers[li].kbuf
-        _, h, _, d = ref.shape
-        kbuf = ref.new_zeros((total, h, cap, d))
-        vbuf = ref.new_zeros((total, h, cap, parts[0][0].layers[li].vbuf.shape[-1]))
-        row0 = 0
-        for (src, rows, start), size in zip(parts, sizes):
-            sl = src.layers[li]
-            k = sl.kbuf[:, :, start: sl.length]
-            v = sl.vbuf[:, :, start: sl.length]
-            if rows is not None:
-                k, v = k[rows], v[rows]
-            n = k.shape[2]
-            kbuf[row0: row0 + size, :, target_len - n: target_len] = k
-            vbuf[row0: row0 + size, :, target_len - n: target_len] = v
-            row0 += size
-        layer.set_buffers(kbuf, vbuf, target_len)
-    dest.mask = new_mask
+def prefill_batch(num_layers: int, prefixes: list[tuple[list[torch.Tensor], list[torch.Tensor]] | None],
+                  prefix_lens: list[int], suffix_lens: list[int]) -> BatchKV:
+    """The cache of a batch to prefill: row ``i`` holds ``prefix_lens[i]`` cached tokens (keys/values in
+    ``prefixes[i]``, possibly longer: only the first ``prefix_lens[i]`` are used) right-aligned in a prefix region,
+    then ``suffix_lens[i]`` tokens to compute, right-aligned in a suffix region. The layers hold the prefix region;
+    the mask covers both regions (the forward then writes the suffix region)."""
+    b = len(prefix_lens)
+    width_p, width_s = max(prefix_lens), max(suffix_lens)
+    kv = BatchKV(num_layers)
+    mask = torch.zeros((b, width_p + width_s), dtype=torch.long)
+    for i, (p, s) in enumerate(zip(prefix_lens, suffix_lens)):
+        mask[i, width_p - p: width_p] = 1
+        mask[i, width_p + width_s - s:] = 1
+    kv.mask = mask
+    if width_p == 0:
+        return kv
+    ref_k, ref_v = next(p for p in prefixes if p is not None)
+    for li, layer in enumerate(kv.layers):
+        h, _, d = ref_k[li].shape
+        kbuf = ref_k[li].new_zeros((b, h, width_p + width_s, d))
+        vbuf = ref_v[li].new_zeros((b, h, width_p + width_s, ref_v[li].shape[-1]))
+        for i, (prefix, p) in enumerate(zip(prefixes, prefix_lens)):
+            if p:
+                kbuf[i, :, width_p - p: width_p] = prefix[0][li][:, :p]
+                vbuf[i, :, width_p - p: width_p] = prefix[1][li][:, :p]
+        layer.set_buffers(kbuf, vbuf, b, width_p)
+    return kv

@@ -69,7 +69,9 @@ def sample_rows(logits: torch.Tensor, rows: list[RowSampling],
         sub = scaled[sample_idx]
         sub = _filter_top_k_top_p(sub, [rows[i].top_k for i in sample_idx], [rows[i].top_p for i in sample_idx])
         probs = torch.softmax(sub, dim=-1)
-        noise = torch.empty_like(probs)
+        # The noise is drawn on the CPU, where the (CPU) generators live, and then moved to the logits' device:
+        # the same seeds give the same tokens on any device.
+        noise = torch.empty(probs.shape, dtype=probs.dtype)
         shared = [j for j, i in enumerate(sample_idx) if rows[i].generator is None]
         if shared:
             noise[shared] = torch.empty(len(shared), probs.size(1), dtype=probs.dtype).exponential_(
@@ -77,7 +79,7 @@ def sample_rows(logits: torch.Tensor, rows: list[RowSampling],
         for j, i in enumerate(sample_idx):
             if rows[i].generator is not None:
                 noise[j].exponential_(generator=rows[i].generator)
-        drawn = (probs / noise).argmax(dim=-1)
+        drawn = (probs / noise.to(probs.device)).argmax(dim=-1)
         tokens[sample_idx] = drawn
     logprobs = logprobs_all.gather(1, tokens.unsqueeze(1)).squeeze(1)
     return tokens, logprobs

@@ -10,9 +10,12 @@ configured ``stages``:
   policy (+ critic) update -> metrics; validation every ``validation.every`` iterations and at the end.
 
 Options: LoRA through ``peft`` (``model.lora.enabled``), training only the top ``trainer.train_layers`` blocks, a
-frozen reference for the KL term (``trainer.ref_model`` or an algorithm with ``kl_coef > 0``), a value head on the
-policy trunk for algorithms that need a critic. Old log-probs are recomputed with the current weights when one
-rollout feeds several optimizer steps (``update_epochs > 1`` or ``mini_batches > 1``).
+frozen reference for the KL term (``trainer.ref_model`` or an algorithm with ``kl_coef > 0``): the policy as it was
+when RL started, or the model ``trainer.ref_model`` names. Algorithms that need a critic get a value head on the
+policy trunk, or a separate critic model (``critic.model``); episodes cut before ``done`` are bootstrapped with the
+critic's value of the next observation. Old log-probs are recomputed with the trainer's weights
+(``trainer.recompute_old_logprobs``) when one rollout feeds several optimizer steps or the engine does not run the
+trainer's own module; the engine-vs-trainer log-prob gap is logged every iteration.
 
 Run management: ``callbacks`` (objects with ``on_iteration_end(trainer, metrics)``), ``state_dict()`` /
 ``load_state_dict()`` (model, optimizer, RNG, data position, iteration). Before anything loads, the run directory is
@@ -40,13 +43,16 @@ from omegaconf import OmegaConf
 from agentr1_core.config import component
 from agentr1_core.flows import FlowContext
 from agentr1_core.lifecycle.checkpoint import check_run_dir, latest_checkpoint
+from agentr1_core.lifecycle.episode_errors import report_episode_errors
 from agentr1_core.lifecycle.metrics import MetricsLogger, console_line
 from agentr1_core.rollout.base import SamplingParams
 from agentr1_core.rollout.driver import current_episode_uid, rollout_async
 from agentr1_core.trainers.batching import build_step_batch, trajectories_to_rows
 from agentr1_core.trainers.metrics import peak_rss_mb, rollout_metrics, validation_metrics
+from agentr1_core.trainers import roles
 from agentr1_core.trainers.seeding import EpisodeSeededEngine
-from agentr1_core.trainers.update import Policy, policy_update, score_batch, sft_update
+from agentr1_core.trainers.update import Policy, make_optimizer, policy_update, score_batch, sft_update
+from agentr1_core.preflight import take_rows
 from agentr1_core.runner import build_reward_fn
 
 
@@ -153,13 +159,15 @@ class LocalTrainer:
 
     def _build_data(self) -> None:
         name, params = component(self.cfg, "data.train")
-        self.train_rows = list(self.registry.build("dataset", name, params, where="data.train"))
+        self.train_rows = take_rows(name, params) or list(self.registry.build("dataset", name, params,
+                                                                              where="data.train"))
         if not self.train_rows:
             raise ValueError("data.train produced no rows")
         self.val_rows: list[dict[str, Any]] = []
         if OmegaConf.select(self.cfg, "data.val") is not None:
             name, params = component(self.cfg, "data.val")
-            self.val_rows = list(self.registry.build("dataset", name, params, where="data.val"))
+            self.val_rows = take_rows(name, params) or list(self.registry.build("dataset", name, params,
+                                                                                where="data.val"))
         limit = int(self.cfg.validation.max_rows)
         if limit > 0:
             self.val_rows = self.val_rows[:limit]
@@ -168,6 +176,7 @@ class LocalTrainer:
 
     def _build_components(self) -> None:
         cfg = self.cfg
+        roles.check_recompute_mode(cfg.trainer.recompute_old_logprobs)  # bad input fails before the model loads
         self.env_config = OmegaConf.to_container(cfg.env, resolve=True)
         self.flow_name, self.flow_params = component(cfg, "agent_flow")
         self.reward_fn = build_reward_fn(cfg, self.registry)
@@ -188,8 +197,11 @@ class LocalTrainer:
         model, tokenizer = load_model_and_tokenizer(str(cfg.model.path), dtype=str(cfg.model.dtype), device=self.device)
         self.model_load_seconds = time.perf_counter() - t0
         self.tokenizer = tokenizer
-        use_ref = bool(tr.ref_model) or bool(getattr(self.algorithm, "needs_reference", False))
+        self.ref_mode = roles.reference_mode(tr.ref_model, bool(getattr(self.algorithm, "needs_reference", False)))
+        use_ref = self.ref_mode is not None
         ref_model, ref_context = None, None
+        if use_ref and self.ref_mode != "policy":
+            ref_model = roles.load_reference(self.ref_mode, tokenizer, str(cfg.model.dtype), self.device)
         if cfg.model.lora.enabled:
             from peft import LoraConfig, get_peft_model
 
@@ -203,33 +215,32 @@ class LocalTrainer:
                                   task_type="CAUSAL_LM")
             policy_model = get_peft_model(model, peft_cfg)
             engine_model = policy_model.get_base_model()  # LoRA layers are injected in place
-            if use_ref:
-                ref_context = policy_model.disable_adapter
+            if self.ref_mode == "policy":
+                ref_context = policy_model.disable_adapter  # untrained adapters: base = policy; replaced after SFT
         else:
             if int(tr.train_layers) > 0:
                 freeze_below_top(model, int(tr.train_layers))
             policy_model = engine_model = model
-            if use_ref:
-                ref_model = copy.deepcopy(model).eval()
-                for p in ref_model.parameters():
-                    p.requires_grad_(False)
-        value_head = None
-        if self.algorithm.needs_critic:
-            value_head = torch.nn.Linear(model.config.hidden_size, 1).to(self.device)
-            torch.nn.init.zeros_(value_head.weight)
-            torch.nn.init.zeros_(value_head.bias)
+            # self.ref_mode == "policy": a frozen copy is taken when RL starts (take_reference), i.e. after SFT
+        value_head, critic = None, None
+        critic_lr = float(cfg.critic.lr if cfg.critic.lr is not None else tr.critic_lr)
+        if self.algorithm.needs_critic and cfg.critic.model:
+            critic = roles.build_separate_critic(str(cfg.critic.model), tokenizer, str(cfg.model.dtype), self.device,
+                                                 critic_lr, list(tr.betas), float(tr.max_grad_norm))
+        elif self.algorithm.needs_critic:
+            value_head = roles.zero_value_head(model.config.hidden_size, self.device)
         trainable = [p for p in policy_model.parameters() if p.requires_grad]
         groups = [{"params": trainable, "lr": float(tr.lr)}]
         if value_head is not None:
-            groups.append({"params": list(value_head.parameters()), "lr": float(tr.critic_lr)})
-        self.optimizer = torch.optim.AdamW(groups, lr=float(tr.lr), betas=tuple(float(b) for b in tr.betas),
-                                           weight_decay=float(tr.weight_decay))
+            groups.append({"params": list(value_head.parameters()), "lr": critic_lr})
+        self.optimizer = make_optimizer(groups, lr=float(tr.lr), betas=list(tr.betas),
+                                        weight_decay=float(tr.weight_decay), device=self.device)
         warmup = int(tr.warmup_steps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup > 0 else 1.0)
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.policy = Policy(model=policy_model, pad_id=int(pad_id), device=self.device, value_head=value_head,
-                             ref_model=ref_model, ref_context=ref_context,
+                             ref_model=ref_model, ref_context=ref_context, critic=critic,
                              params=trainable + (list(value_head.parameters()) if value_head is not None else []))
         self.policy.model.eval()
         name, params = component(cfg, "engine")
@@ -241,6 +252,7 @@ class LocalTrainer:
         self.engine = self.registry.build("engine", name, params, where="engine", model=engine_model,
                                           tokenizer=tokenizer)
         self.trainable_params = sum(p.numel() for p in trainable)
+        self.engine_model = engine_model
         # Algorithms that judge the policy's tokens with another model (a distillation teacher) check the policy's
         # tokenizer here, at startup, before any rollout.
         bind_policy = getattr(self.algorithm, "bind_policy", None)
@@ -291,6 +303,7 @@ class LocalTrainer:
                                       desc=f"validate ({label})", prefix=f"val-{label}-")
         result = validation_metrics(trajs)
         result.update(label=label, seconds=seconds, iteration=self.iteration)
+        report_episode_errors(self, trajs, f"validation {label}", result)
         self.history.setdefault("validation", {})[label] = result
         self.writer.write({"event": "validation", **result})
         by = ", ".join(f"{k} {v['success_rate']:.3f}" for k, v in result["by_source"].items())
@@ -304,6 +317,7 @@ class LocalTrainer:
         rows = self.next_rows(min(int(sft.rows), len(self.train_rows)))
         trajs, seconds = self.rollout(rows, 1, self.sampling, policy="expert", desc="expert rollouts",
                                       prefix="sft-")
+        report_episode_errors(self, trajs, "sft expert rollouts")
         steps = trajectories_to_rows(trajs)
         for group in self.optimizer.param_groups[:1]:
             group["lr"] = float(sft.lr)
@@ -325,23 +339,51 @@ class LocalTrainer:
         self.history["sft"] = record
         return record
 
+    @property
+    def recompute_old(self) -> bool:
+        """``trainer.recompute_old_logprobs`` resolved: ``auto`` recomputes when one rollout feeds several optimizer
+        steps or the rollouts do not come from this process's engine running the policy module (a subclass that
+        overrides ``rollout``, e.g. a pool of remote engines)."""
+        tr = self.cfg.trainer
+        own_rollouts = type(self).rollout is LocalTrainer.rollout
+        return roles.recompute_old_logprobs(tr.recompute_old_logprobs,
+                                            int(tr.update_epochs) > 1 or int(tr.mini_batches) > 1,
+                                            self.engine if own_rollouts else None, self.engine_model)
+
+    def take_reference(self) -> None:
+        """The KL reference is the policy as RL starts: copy it now unless a reference already exists (a named
+        model, a restored copy) or the LoRA base still equals the policy (no adapter training yet)."""
+        if self.ref_mode != "policy" or self.policy.ref_model is not None:
+            return
+        if self.policy.ref_context is not None and "sft" not in self.history:
+            return
+        self.policy.ref_model = roles.frozen_copy(self.policy.model)
+        self.policy.ref_context = None
+
     def train_iteration(self) -> dict[str, Any]:
         cfg, tr = self.cfg, self.cfg.trainer
         t0 = time.perf_counter()
         self.iteration += 1
         rows = self.next_rows(int(cfg.rollout.batch_size))
+        prefix_stats = getattr(self.engine, "take_prefix_stats", dict)
+        prefix_stats()  # start the window at this rollout
         trajs, seconds = self.rollout(rows, int(cfg.rollout.n), self.sampling, desc=f"rollout {self.iteration}",
                                       prefix=f"it{self.iteration}-")
-        metrics: dict[str, Any] = {"iteration": self.iteration, **rollout_metrics(trajs, seconds)}
+        metrics: dict[str, Any] = {"iteration": self.iteration, **rollout_metrics(trajs, seconds), **prefix_stats()}
+        report_episode_errors(self, trajs, f"iteration {self.iteration}", metrics)
         steps = trajectories_to_rows(trajs)
         metrics.update(train_steps=len(steps.rows), nonfinite_logprob_steps=steps.nonfinite_logprob_steps)
         if steps.rows:
             batch = build_step_batch(steps.rows)
-            recompute = int(tr.update_epochs) > 1 or int(tr.mini_batches) > 1
             need_ref = self.policy.ref_model is not None or self.policy.ref_context is not None
             metrics.update(score_batch(self.policy, steps.rows, batch, int(tr.micro_batch_size),
-                                       float(cfg.rollout.temperature), recompute, need_ref,
-                                       self.policy.value_head is not None))
+                                       float(cfg.rollout.temperature), self.recompute_old, need_ref,
+                                       self.policy.has_critic))
+            if self.policy.has_critic and batch.values is not None:
+                boot, from_obs = roles.bootstrap_values(self.policy, trajs, steps.rows, batch.values, self.tokenizer,
+                                                        int(tr.micro_batch_size))
+                batch.extras["bootstrap_values"] = boot
+                metrics["bootstrapped_steps"] = from_obs
             metrics.update(self.algorithm.prepare_batch(batch, steps.rows, trajs) or {})
             adv = self.algorithm.compute_advantages(batch)
             metrics.update({f"adv/{k}": v for k, v in adv.metrics.items()})
@@ -387,6 +429,7 @@ class LocalTrainer:
             self.run_sft()
             self.validate("after_sft")
         if "rl" in stages:
+            self.take_reference()
             while self.iteration < int(self.cfg.trainer.total_steps):
                 self.train_iteration()
             self.validate("after_rl")
@@ -421,6 +464,9 @@ class LocalTrainer:
         return {
             "model": trainable,
             "value_head": self.policy.value_head.state_dict() if self.policy.value_head is not None else None,
+            "critic": self._critic_state(),
+            "reference": ({n: p.detach().clone() for n, p in self.policy.ref_model.named_parameters() if n in trainable}
+                          if self.ref_mode == "policy" and self.policy.ref_model is not None else None),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "rng": {"python": random.getstate(), "torch": torch.get_rng_state(), "data": self.data_rng.getstate()},
@@ -428,6 +474,13 @@ class LocalTrainer:
             "iteration": self.iteration,
             "history": copy.deepcopy(self.history),
         }
+
+    def _critic_state(self) -> dict[str, Any] | None:
+        critic = self.policy.critic
+        if critic is None:
+            return None
+        return {"model": critic.model.state_dict(), "head": critic.head.state_dict(),
+                "optimizer": critic.optimizer.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.setup()
@@ -441,6 +494,18 @@ class LocalTrainer:
                 params[n].copy_(value)
         if state.get("value_head") is not None and self.policy.value_head is not None:
             self.policy.value_head.load_state_dict(state["value_head"])
+        if state.get("critic") is not None and self.policy.critic is not None:
+            critic = self.policy.critic
+            critic.model.load_state_dict(state["critic"]["model"])
+            critic.head.load_state_dict(state["critic"]["head"])
+            critic.optimizer.load_state_dict(state["critic"]["optimizer"])
+        if state.get("reference") is not None and self.ref_mode == "policy":
+            self.policy.ref_model = roles.frozen_copy(self.policy.model)  # frozen weights are the policy's
+            self.policy.ref_context = None
+            ref_params = dict(self.policy.ref_model.named_parameters())
+            with torch.no_grad():
+                for n, value in state["reference"].items():
+                    ref_params[n].copy_(value)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         random.setstate(state["rng"]["python"])

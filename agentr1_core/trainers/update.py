@@ -1,13 +1,20 @@
 """The optimisation passes of the local trainer: scoring (no grad), the RL policy update, and the SFT update.
 
 ``score_batch`` fills what the algorithm needs before advantages: log-probs of the current weights (replacing the
-engine's as ``old_logprobs`` when the update takes several optimizer steps per rollout), reference log-probs for the
-KL term, and critic values. ``policy_update`` runs ``update_epochs`` passes of ``mini_batches`` optimizer steps, each
-over micro-batches of ``micro_batch_size`` steps with gradient accumulation. ``sft_update`` trains cross-entropy on
-the response tokens of expert steps with the same rows and masks.
+engine's as ``old_logprobs`` when asked to recompute them), reference log-probs for the KL term, and critic values.
+``policy_update`` runs ``update_epochs`` passes of ``mini_batches`` optimizer steps, each over micro-batches of
+``micro_batch_size`` steps with gradient accumulation. The micro-batch size is a memory knob only: every micro-batch's
+loss is divided by counts of its whole mini-batch (``Algorithm.loss_denominators``), so the summed gradient is the
+mini-batch's. ``sft_update`` trains cross-entropy on the response tokens of expert steps with the same rows and masks.
+
+The critic is either a linear head on the policy trunk (``Policy.value_head``: its loss is added to the policy loss
+with ``value_coef`` and shares the policy's optimizer step and clipping) or a separate model (``Policy.critic``: own
+trunk, head, optimizer and clipping). ``state_values`` evaluates it on plain prompts (bootstrapping truncated
+episodes).
 
 Every optimizer step goes through ``guarded_step``: a non-finite loss or gradient norm skips the step (gradients are
-dropped and the skip counted), so no NaN ever reaches the weights.
+dropped and the skip counted), so no NaN ever reaches the weights. Optimizers are AdamW with the multi-tensor
+(``foreach``) kernels, fused on CUDA; clipping uses the multi-tensor norm.
 """
 
 from __future__ import annotations
@@ -21,21 +28,45 @@ from typing import Any, Callable, Sequence
 import torch
 
 from agentr1_core.algorithms.base import Algorithm, StepBatch
-from agentr1_core.trainers.batching import StepRow, collate, micro_batches
-from agentr1_core.trainers.forward import response_forward
+from agentr1_core.trainers.batching import ModelInputs, StepRow, collate, micro_batches
+from agentr1_core.trainers.forward import ForwardOutput, response_forward
+
+
+@dataclass
+class Critic:
+    """A separate value model: a causal LM trunk plus a linear head read at the state's last token, with its own
+    optimizer and gradient clipping."""
+
+    model: Any
+    head: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    params: list[torch.nn.Parameter]
+    max_grad_norm: float = 1.0
 
 
 @dataclass
 class Policy:
-    """What the update passes need: the trained module, optional critic head, optional reference."""
+    """What the update passes need: the trained module, optional critic (head or separate), optional reference."""
 
     model: Any
     pad_id: int
     device: Any = "cpu"
-    value_head: torch.nn.Module | None = None
+    value_head: torch.nn.Module | None = None  # critic head on the policy trunk
     ref_model: Any = None  # a frozen copy, or None
     ref_context: Callable[[], Any] | None = None  # e.g. a LoRA model's disable_adapter (reference = base weights)
     params: list[torch.nn.Parameter] = field(default_factory=list)  # what gradient clipping covers
+    critic: Critic | None = None  # a separate critic model (instead of value_head)
+
+    @property
+    def has_critic(self) -> bool:
+        return self.value_head is not None or self.critic is not None
+
+
+def make_optimizer(groups: list[dict[str, Any]], lr: float, betas: Sequence[float] = (0.9, 0.999),
+                   weight_decay: float = 0.0, device: Any = "cpu") -> torch.optim.Optimizer:
+    """AdamW with the fused kernel on CUDA and the multi-tensor (foreach) one elsewhere."""
+    kind = {"fused": True} if str(device).startswith("cuda") else {"foreach": True}
+    return torch.optim.AdamW(groups, lr=lr, betas=tuple(float(b) for b in betas), weight_decay=weight_decay, **kind)
 
 
 @dataclass
@@ -64,43 +95,120 @@ class UpdateStats:
 
 
 class WeightChange:
-    """Measures ``||theta_after - theta_before||`` over the trained parameters (a cheap proof that an update landed)."""
+    """Measures ``||theta_after - theta_before||`` over the trained parameters (a cheap proof that an update landed).
 
-    def __init__(self, params: Sequence[torch.nn.Parameter]) -> None:
-        self.params = list(params)
-        self.before = [p.detach().clone() for p in self.params]
+    One multi-tensor copy before and one multi-tensor difference + norm after; ``enabled=False`` skips both."""
 
-    def norm(self) -> float:
-        total = sum(float((p.detach() - b).float().pow(2).sum()) for p, b in zip(self.params, self.before))
-        return math.sqrt(total)
+    def __init__(self, params: Sequence[torch.nn.Parameter], enabled: bool = True) -> None:
+        self.params = [p for p in params] if enabled else []
+        self.enabled = enabled
+        with torch.no_grad():
+            self.before = [p.detach().clone() for p in self.params]
+
+    def norm(self) -> float | None:
+        if not self.enabled:
+            return None
+        if not self.params:
+            return 0.0
+        with torch.no_grad():
+            diffs = torch._foreach_sub([p.detach() for p in self.params], self.before)
+            norms = torch._foreach_norm(diffs)
+            return float(torch.linalg.vector_norm(torch.stack([n.float() for n in norms])))
 
 
 def _sub_batch(batch: StepBatch, idx: list[int]) -> StepBatch:
     return batch.select(torch.tensor(idx, dtype=torch.long))
 
 
-def guarded_step(optimizer: torch.optim.Optimizer, policy: Policy, max_grad_norm: float, loss_ok: bool,
-                 stats: UpdateStats, scheduler: Any = None) -> None:
-    """Clip, then step only if the loss and the gradient norm are finite; otherwise drop the gradients."""
-    params = [p for p in policy.params if p.grad is not None]
-    norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm > 0 else float("inf")) \
-        if params else torch.tensor(0.0)
+def guarded_step(optimizer: torch.optim.Optimizer, params: Sequence[torch.nn.Parameter], max_grad_norm: float,
+                 loss_ok: bool, stats: UpdateStats, scheduler: Any = None, prefix: str = "") -> None:
+    """Clip, then step only if the loss and the gradient norm are finite; otherwise drop the gradients.
+    ``prefix`` names the metrics and counters of a second optimizer (the separate critic's)."""
+    params = [p for p in params if p.grad is not None]
+    norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm > 0 else float("inf"),
+                                          foreach=True) if params else torch.tensor(0.0)
     grad_norm = float(norm)
     if loss_ok and math.isfinite(grad_norm):
         optimizer.step()
         if scheduler is not None:
             scheduler.step()
-        stats.optimizer_steps += 1
-        stats.add({"grad_norm": grad_norm})
+        if prefix:
+            stats.add({f"{prefix}grad_norm": grad_norm})
+        else:
+            stats.optimizer_steps += 1
+            stats.add({"grad_norm": grad_norm})
+    elif prefix:
+        stats.add({f"{prefix}skipped_steps": 1.0})
     else:
         stats.skipped_steps += 1
     optimizer.zero_grad(set_to_none=True)
 
 
+def forward_with_values(policy: Policy, inputs: ModelInputs, width: int, temperature: float = 1.0,
+                   with_entropy: bool = False, with_values: bool = True) -> tuple[ForwardOutput, torch.Tensor | None]:
+    """The policy forward (log-probs, optional entropy) and the critic's values of the same rows: from the head on
+    the policy trunk (one pass) or from the separate critic model (a second pass)."""
+    head = policy.value_head if with_values and policy.critic is None else None
+    out = response_forward(policy.model, inputs, width, temperature, with_entropy=with_entropy, value_head=head)
+    if not with_values:
+        return out, None
+    if policy.critic is None:
+        return out, out.values
+    cout = response_forward(policy.critic.model, inputs, width, value_head=policy.critic.head)
+    return out, cout.values
+
+
+@torch.no_grad()
+def state_values(policy: Policy, prompts: Sequence[Sequence[int]], micro_batch_size: int) -> torch.Tensor:
+    """The critic's value ``V(s)`` of each prompt (a state the policy is about to act in), as float32 ``[N]``.
+
+    The value is read at the state's last token, exactly as for a step whose prompt is that state."""
+    out = torch.zeros(len(prompts))
+    if not prompts or not policy.has_critic:
+        return out
+    rows = [StepRow(prompt_ids=list(p), response_ids=[int(policy.pad_id)], old_logprobs=[0.0], traj=i, group=0,
+                    step_index=0, reward=0.0, done=False, truncated=False) for i, p in enumerate(prompts)]
+    model = policy.critic.model if policy.critic is not None else policy.model
+    head = policy.critic.head if policy.critic is not None else policy.value_head
+    was_training = model.training
+    model.eval()
+    try:
+        for idx in micro_batches(range(len(rows)), rows, micro_batch_size):
+            inputs = collate([rows[i] for i in idx], policy.pad_id).to(policy.device)
+            values = response_forward(model, inputs, 1, value_head=head).values
+            out[torch.tensor(idx, dtype=torch.long)] = values.float().cpu()
+    finally:
+        model.train(was_training)
+    return out
+
+
+class LogprobGap:
+    """|engine log-prob - trainer log-prob| over action tokens with finite values: mean and max."""
+
+    def __init__(self) -> None:
+        self.total, self.count, self.max = 0.0, 0, 0.0
+
+    def add(self, engine: torch.Tensor, trainer: torch.Tensor, mask: torch.Tensor) -> None:
+        ok = (mask > 0) & torch.isfinite(engine) & torch.isfinite(trainer)
+        if bool(ok.any()):
+            gap = (engine.float() - trainer.detach().float().cpu())[ok].abs()
+            self.total += float(gap.sum())
+            self.count += int(ok.sum())
+            self.max = max(self.max, float(gap.max()))
+
+    def metrics(self) -> dict[str, float]:
+        if not self.count:
+            return {}
+        return {"logprob_gap_mean": self.total / self.count, "logprob_gap_max": self.max}
+
+
 @torch.no_grad()
 def score_batch(policy: Policy, rows: Sequence[StepRow], batch: StepBatch, micro_batch_size: int,
                 temperature: float, recompute_old: bool, need_ref: bool, need_values: bool) -> dict[str, float]:
-    """Fill ``batch.old_logprobs`` (if ``recompute_old``), ``batch.ref_logprobs`` and ``batch.values`` in place."""
+    """Fill ``batch.old_logprobs`` (if ``recompute_old``), ``batch.ref_logprobs`` and ``batch.values`` in place.
+
+    With ``recompute_old`` the engine's log-probs are kept in ``batch.extras["rollout_logprobs"]`` and their gap to
+    the trainer's is returned (``logprob_gap_mean`` / ``logprob_gap_max``)."""
     if not (recompute_old or need_ref or need_values):
         return {}
     width = batch.action_mask.shape[1]
@@ -110,44 +218,54 @@ def score_batch(policy: Policy, rows: Sequence[StepRow], batch: StepBatch, micro
         batch.values = torch.zeros(batch.num_steps)
     if recompute_old:
         batch.extras["rollout_logprobs"] = batch.old_logprobs.clone()
+    gap = LogprobGap()
     policy.model.eval()
     for idx in micro_batches(range(len(rows)), rows, micro_batch_size):
         inputs = collate([rows[i] for i in idx], policy.pad_id).to(policy.device)
         index = torch.tensor(idx, dtype=torch.long)
         if recompute_old or need_values:
-            out = response_forward(policy.model, inputs, width, temperature,
-                                   value_head=policy.value_head if need_values else None)
             if recompute_old:
+                out, values = forward_with_values(policy, inputs, width, temperature, with_values=need_values)
+                gap.add(batch.old_logprobs[index], out.logprobs, batch.action_mask[index])
                 batch.old_logprobs[index] = out.logprobs.float().cpu()
+            else:  # values only: the separate critic needs no policy forward
+                values = state_values_of_rows(policy, inputs, width)
             if need_values:
-                batch.values[index] = out.values.float().cpu()
+                batch.values[index] = values.float().cpu()
         if need_ref:
             ctx = policy.ref_context() if policy.ref_context is not None else contextlib.nullcontext()
             with ctx:
                 ref = policy.ref_model if policy.ref_model is not None else policy.model
                 batch.ref_logprobs[index] = response_forward(ref, inputs, width, temperature).logprobs.float().cpu()
-    metrics = {}
-    if recompute_old:
-        mask = batch.action_mask > 0
-        rollout = batch.extras["rollout_logprobs"]
-        ok = mask & torch.isfinite(rollout)
-        if bool(ok.any()):
-            metrics["engine_trainer_logprob_diff"] = float((rollout - batch.old_logprobs)[ok].abs().mean())
-    return metrics
+    return gap.metrics()
+
+
+def state_values_of_rows(policy: Policy, inputs: ModelInputs, width: int) -> torch.Tensor:
+    """Critic values of collated step rows (no policy log-probs are needed)."""
+    if policy.critic is not None:
+        return response_forward(policy.critic.model, inputs, width, value_head=policy.critic.head).values
+    return response_forward(policy.model, inputs, width, value_head=policy.value_head).values
 
 
 def policy_update(policy: Policy, algorithm: Algorithm, optimizer: torch.optim.Optimizer,
                   rows: Sequence[StepRow], batch: StepBatch, advantages: torch.Tensor, returns: torch.Tensor,
                   micro_batch_size: int, mini_batches: int, update_epochs: int, temperature: float,
                   max_grad_norm: float, value_coef: float = 1.0, scheduler: Any = None,
-                  generator: torch.Generator | None = None, progress: bool = True) -> dict[str, float]:
-    """The RL update over one rollout; returns mean metrics (loss, kl, entropy, clip fraction, grad norm, ...)."""
+                  generator: torch.Generator | None = None, progress: bool = True,
+                  track_weight_change: bool = True) -> dict[str, float]:
+    """The RL update over one rollout; returns mean metrics (loss, kl, entropy, clip fraction, grad norm, ...).
+
+    Losses and gradients do not depend on ``micro_batch_size`` (see the module docstring). Unless the old log-probs
+    were recomputed, the first mini-batch's forward (before any optimizer step) measures the engine-vs-trainer
+    log-prob gap for free."""
     stats = UpdateStats()
     start = time.perf_counter()
     width = batch.action_mask.shape[1]
     n = len(rows)
-    use_critic = algorithm.needs_critic and policy.value_head is not None
-    change = WeightChange(policy.params)
+    use_critic = algorithm.needs_critic and policy.has_critic
+    critic = policy.critic if use_critic else None
+    change = WeightChange(policy.params, enabled=track_weight_change)
+    gap = LogprobGap() if "rollout_logprobs" not in batch.extras else None
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -155,40 +273,68 @@ def policy_update(policy: Policy, algorithm: Algorithm, optimizer: torch.optim.O
         bar = tqdm(total=max(1, update_epochs) * len(micro_batches(range(n), rows, micro_batch_size)), desc="update",
                    unit="mb", leave=False, dynamic_ncols=True)
     policy.model.train()
-    for _epoch in range(max(1, update_epochs)):
+    if critic is not None:
+        critic.model.train()
+    for epoch in range(max(1, update_epochs)):
         order = torch.randperm(n, generator=generator).tolist() if mini_batches > 1 else list(range(n))
         chunks = max(1, min(mini_batches, n))
         for m in range(chunks):
             mini = order[m * n // chunks:(m + 1) * n // chunks]
+            mini_index = torch.tensor(mini, dtype=torch.long)
+            denominators = algorithm.loss_denominators(_sub_batch(batch, mini), advantages[mini_index])
             loss_ok = True
+            sums: dict[str, float] = {}
             for idx in micro_batches(mini, rows, micro_batch_size):
                 sub = _sub_batch(batch, idx)
+                if denominators is not None:
+                    sub.extras = {**sub.extras, "loss_denominators": denominators}
+                share = 1.0 if denominators is not None else len(idx) / len(mini)
                 inputs = collate([rows[i] for i in idx], policy.pad_id).to(policy.device)
-                out = response_forward(policy.model, inputs, width, temperature, with_entropy=True,
-                                       value_head=policy.value_head if use_critic else None)
+                out, values = forward_with_values(policy, inputs, width, temperature, with_entropy=True,
+                                             with_values=use_critic)
+                if gap is not None and epoch == 0 and m == 0:
+                    gap.add(sub.old_logprobs, out.logprobs, sub.action_mask)
                 index = torch.tensor(idx, dtype=torch.long)
                 result = algorithm.policy_loss(out.logprobs, sub, advantages[index].to(out.logprobs.device),
                                                entropy=out.entropy)
-                loss = result.loss
-                stats.add({"policy_loss": float(loss.detach()), **result.metrics})
+                loss = result.loss * share
+                parts = {"policy_loss": float(loss.detach())}
+                stats.add(result.metrics)
                 if use_critic:
-                    vres = algorithm.value_loss(out.values, sub, returns[index].to(out.values.device))
-                    loss = loss + value_coef * vres.loss
-                    stats.add(vres.metrics)
-                stats.add({"loss": float(loss.detach())})
+                    vres = algorithm.value_loss(values, sub, returns[index].to(values.device))
+                    vloss = vres.loss * share
+                    parts["value_loss"] = float(vloss.detach())
+                    stats.add({k: v for k, v in vres.metrics.items() if k != "vf_loss"})
+                    # the head on the policy trunk shares the policy's step; a separate critic has its own
+                    loss = loss + (value_coef * vloss if critic is None else vloss)
+                parts["loss"] = float(loss.detach())
+                for k, v in parts.items():
+                    sums[k] = sums.get(k, 0.0) + v
                 stats.tokens += int(inputs.attention_mask.sum())
                 if bar is not None:
                     bar.update(1)
                 if not torch.isfinite(loss):
                     loss_ok = False
                     continue
-                (loss * (len(idx) / len(mini))).backward()
-            guarded_step(optimizer, policy, max_grad_norm, loss_ok, stats, scheduler)
+                loss.backward()
+            stats.add(sums)  # per mini-batch: the micro-batch parts add up to the mini-batch loss
+            if "value_loss" in sums:
+                stats.add({"vf_loss": sums["value_loss"]})
+            guarded_step(optimizer, policy.params, max_grad_norm, loss_ok, stats, scheduler)
+            if critic is not None:
+                guarded_step(critic.optimizer, critic.params, critic.max_grad_norm, loss_ok, stats,
+                             prefix="critic_")
     if bar is not None:
         bar.close()
     policy.model.eval()
+    if critic is not None:
+        critic.model.eval()
     stats.seconds = time.perf_counter() - start
-    return {**stats.means(), "weight_change": change.norm()}
+    out_metrics = {**stats.means(), **(gap.metrics() if gap is not None else {})}
+    weight_change = change.norm()
+    if weight_change is not None:
+        out_metrics["weight_change"] = weight_change
+    return out_metrics
 
 
 def sft_update(policy: Policy, optimizer: torch.optim.Optimizer, rows: Sequence[StepRow], epochs: int,
@@ -229,7 +375,7 @@ def sft_update(policy: Policy, optimizer: torch.optim.Optimizer, rows: Sequence[
                         loss_ok = False
                         continue
                     loss.backward()
-                guarded_step(optimizer, policy, max_grad_norm, loss_ok, stats)
+                guarded_step(optimizer, policy.params, max_grad_norm, loss_ok, stats)
                 if bar is not None:
                     bar.update(1)
                     bar.set_postfix(nll=f"{stats.sums.get('sft_nll', 0) / max(1, stats.counts.get('sft_nll', 1)):.3f}")

@@ -89,8 +89,61 @@ def batch() -> StepBatch:
     )
 
 
+def batch4() -> StepBatch:
+    """Four steps of 1, 3, 1 and 3 action tokens (two trajectories of two steps, one group)."""
+    mask = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 1.0], [1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
+    return StepBatch(
+        traj_ids=torch.tensor([0, 0, 1, 1]), group_ids=torch.tensor([0, 0, 0, 0]),
+        step_index=torch.tensor([0, 1, 0, 1]), rewards=torch.tensor([0.0, 1.0, 0.0, 0.0]),
+        dones=torch.tensor([False, True, False, True]), truncated=torch.zeros(4, dtype=torch.bool),
+        action_mask=mask, old_logprobs=torch.full((4, 3), -1.0) * mask,
+        values=torch.tensor([0.2, 0.4, 0.1, -0.3]), anchors=["s0", "s1", "s0", "s1"])
+
+
+def _loss_and_grads(algo, b, adv, returns, lp_all, v_all, parts):
+    """Sum of micro-batch losses (micro-batches ``parts``, each divided by the whole batch's counts) and the
+    gradients w.r.t. all rows' log-probs and values."""
+    lp = lp_all.clone().requires_grad_()
+    v = v_all.clone().requires_grad_()
+    denominators = algo.loss_denominators(b, adv)
+    total = 0.0
+    for part in parts:
+        idx = torch.tensor(part)
+        mb = b.select(idx)
+        mb.extras = {**mb.extras, "loss_denominators": denominators}
+        loss = algo.policy_loss(lp[idx], mb, adv[idx]).loss
+        if algo.needs_critic:
+            loss = loss + algo.value_loss(v[idx], mb, returns[idx]).loss
+        loss.backward()
+        total += float(loss.detach())
+    return total, lp.grad, v.grad
+
+
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_microbatch_loss_matches_rows(name):
+@pytest.mark.parametrize("loss_agg", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"])
+def test_microbatch_loss_matches_rows(name, loss_agg):
+    """Splitting the rows into micro-batches (1, 2 or 3 rows, short and long rows apart) gives the loss and the
+    gradient of the whole batch, for every algorithm and aggregation (policy and value loss)."""
+    algo = ALGORITHM_CLASSES[name](loss_agg=loss_agg, kl_coef=0.0)
+    b = batch4()
+    adv = algo.compute_advantages(b)
+    assert bool((adv.advantages != 0).any())
+    gen = torch.Generator().manual_seed(0)
+    lp = ((b.old_logprobs + 0.05 * torch.randn(4, 3, generator=gen)) * b.action_mask).double()
+    v = torch.tensor([0.5, 0.3, -0.2, 0.1], dtype=torch.float64)
+    whole, g_lp, g_v = _loss_and_grads(algo, b, adv.advantages, adv.returns, lp, v, [[0, 1, 2, 3]])
+    assert g_lp.abs().sum() > 0
+    for parts in ([[0], [1], [2], [3]], [[0, 2], [1, 3]], [[0, 2, 1], [3]]):
+        total, p_lp, p_v = _loss_and_grads(algo, b, adv.advantages, adv.returns, lp, v, parts)
+        assert total == pytest.approx(whole, rel=1e-6, abs=1e-9), parts
+        assert torch.allclose(p_lp, g_lp, rtol=1e-6, atol=1e-9), parts
+        if algo.needs_critic:
+            assert torch.allclose(p_v, g_v, rtol=1e-6, atol=1e-9), parts
+    assert torch.all(g_lp[b.action_mask == 0] == 0)  # padding gets no gradient
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_microbatch_loss_masks_and_counts(name):
     algo = ALGORITHM_CLASSES[name]()
     b = batch()
     adv = algo.compute_advantages(b)

@@ -132,3 +132,31 @@ def test_value_loss_matches_single_token_steps():
     ref = core.compute_value_loss(v[:, None], ret[:, None], old[:, None], mask, cliprange_value=0.2)
     ref = ref[0] if isinstance(ref, tuple) else ref
     assert ours.item() == pytest.approx(ref.item(), abs=TOL)
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-sum"])
+def test_reinforce_loss_matches_verl_gpg(seed, agg):
+    """The ``reinforce`` loss (``-A log pi``) is what the verl trainer maps to verl's ``gpg`` policy loss."""
+    lp, old, adv, mask = loss_case(seed, spread=1.0)
+    cfg = PolicyLossConfig(loss_type="reinforce", loss_agg=agg)
+    compare_loss(
+        lambda x: policy_loss(x, old, adv, mask, cfg).loss,
+        lambda x: core.compute_policy_loss_gpg(old, x, adv, mask, agg, actor_config(0.2, 0.2))[0],
+        lp,
+    )
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_dual_clip_off_matches_verl_with_the_off_constant(seed):
+    """``clip_ratio_c: None`` (no dual clip) is mapped to a constant no ratio reaches; the losses then agree."""
+    from agentr1_core.distributed.verl_data import DUAL_CLIP_OFF
+
+    lp, old, adv, mask = loss_case(seed, spread=3.0)
+    cfg = PolicyLossConfig(loss_type="ppo", clip_ratio_low=0.2, clip_ratio_high=0.2, clip_ratio_c=None)
+    compare_loss(
+        lambda x: policy_loss(x, old, adv, mask, cfg).loss,
+        lambda x: core.compute_policy_loss_vanilla(old, x, adv, mask, "token-mean",
+                                                   actor_config(0.2, 0.2, c=DUAL_CLIP_OFF))[0],
+        lp,
+    )

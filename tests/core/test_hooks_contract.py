@@ -37,3 +37,17 @@ def test_every_registered_factory_imports_and_has_a_signature(kind):
         assert callable(factory), f"{kind} {name}: factory {spec.factory} is not callable"
         spec.parameters()  # readable signature = config schema
         assert spec.description, f"{kind} {name} needs a description"
+
+
+def test_every_named_config_of_every_installed_distribution_loads_and_resolves(tmp_path, monkeypatch):
+    """From a directory that is not the checkout: the YAML chain, the data paths and every component name."""
+    from agentr1_core.config import load_config
+    from agentr1_core.runner import check_components
+
+    monkeypatch.chdir(tmp_path)
+    registry = get_registry()
+    names = registry.names("config")
+    assert {"default", "tiny"} <= set(names)
+    for name in names:
+        cfg = load_config(name)
+        check_components(cfg, registry)

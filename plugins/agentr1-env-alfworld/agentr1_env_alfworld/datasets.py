@@ -4,7 +4,7 @@ Accepted layouts (the folder ALFWorld's ``$ALFWORLD_DATA`` points at, or any fol
 
     <path>/json_2.1.1/<split>/<task_type>-<obj>-<mrecep>-<recep>-<scene>/<trial>/game.tw-pddl
     <path>/<split>/<task dir>/<trial>/game.tw-pddl
-    <path>/<task dir>/<trial>/game.tw-pddl
+    <path>/<task dir>/<trial>/game.tw-pddl            (a folder of one split's games, labelled ``split``)
 
 Each row carries the game file (``gamefile`` and ``env_kwargs.gamefile``), the task type as ``data_source`` (from the
 task folder's name), and the goal text as ``prompt`` (read from the game file; the env builds the real observation
@@ -20,15 +20,21 @@ from pathlib import Path
 from typing import Any
 
 from agentr1_core.config import ConfigError
+from agentr1_core.plugins import suggest
 
 GAME_FILE = "game.tw-pddl"
 TASK_TYPES = ("pick_and_place_simple", "look_at_obj_in_light", "pick_clean_then_place_in_recep",
               "pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep", "pick_two_obj_and_place")
+SPLITS = ("train", "valid_seen", "valid_unseen", "valid_train")
 _GOAL = re.compile(r'Your task is to: ([^\\"\n]*)')
 
 
 def games_root(path: str, split: str) -> Path:
-    """The folder to scan: ``path/json_2.1.1/split``, ``path/split`` or ``path`` itself, whichever exists first."""
+    """The folder to scan: ``path/json_2.1.1/split`` or ``path/split`` when one exists, else ``path`` itself when it
+    is a loose folder of task folders (not a folder of splits, nor the folder of another split).
+
+    A split that is not found is a ``ConfigError``: a typo never loads every split under the folder, and a folder
+    holding only other splits is never loaded under the wrong label."""
     if not path:
         path = os.environ.get("ALFWORLD_DATA", "")
     if not path:
@@ -37,9 +43,19 @@ def games_root(path: str, split: str) -> Path:
     base = Path(path).expanduser()
     if not base.is_dir():
         raise ConfigError(f"alfworld games folder not found: {base}")
-    for candidate in (base / "json_2.1.1" / split, base / split, base):
+    for candidate in (base / "json_2.1.1" / split, base / split):
         if candidate.is_dir():
             return candidate
+    found = sorted({p.name for folder in (base / "json_2.1.1", base) if folder.is_dir()
+                    for p in folder.iterdir() if p.is_dir() and p.name in SPLITS})
+    if split not in SPLITS:
+        raise ConfigError(f"config error at data.split: unknown alfworld split {split!r}"
+                          f"{suggest(split, SPLITS)}; valid: {', '.join(SPLITS)}")
+    if found:
+        raise ConfigError(f"config error at data.split: no {split!r} split under {base}; it holds: "
+                          f"{', '.join(found)}")
+    if base.name in SPLITS and base.name != split:
+        raise ConfigError(f"config error at data.split: {base} is the {base.name!r} split, not {split!r}")
     return base
 
 

@@ -1,4 +1,5 @@
-"""Registers the ``alfworld`` env, the ``alfworld`` dataset loader and the ``alfworld_won`` reward.
+"""Registers the ``alfworld`` env, the ``alfworld`` and ``alfworld_split`` dataset loaders, the ``alfworld_won``
+reward, the ``alfworld prepare`` command and the recipe's named configs.
 
 Factories are lazy ``"module:attr"`` strings: listing plugins imports neither textworld nor alfworld.
 """
@@ -6,7 +7,8 @@ Factories are lazy ``"module:attr"`` strings: listing plugins imports neither te
 from __future__ import annotations
 
 from agentr1_core.hookspecs import hookimpl
-from agentr1_core.specs import DatasetSpec, EnvSpec, RewardSpec
+from agentr1_core.named_configs import package_configs
+from agentr1_core.specs import CommandSpec, DatasetSpec, EnvSpec, RewardSpec
 
 PKG = "agentr1_env_alfworld"
 
@@ -20,9 +22,22 @@ def agentr1_envs():
 @hookimpl
 def agentr1_datasets():
     return [DatasetSpec("alfworld", f"{PKG}.datasets:load_alfworld",
-                        "ALFWorld game files under $ALFWORLD_DATA/json_2.1.1/<split>; task type as data_source")]
+                        "ALFWorld game files under $ALFWORLD_DATA/json_2.1.1/<split>; task type as data_source"),
+            DatasetSpec("alfworld_split", f"{PKG}.game_split:load_alfworld_split",
+                        "one ALFWorld games folder split by game into disjoint train / heldout parts")]
 
 
 @hookimpl
 def agentr1_rewards():
     return [RewardSpec("alfworld_won", f"{PKG}.rewards:AlfworldWon", "1 if the ALFWorld goal was reached")]
+
+
+@hookimpl
+def agentr1_cli_commands():
+    return [CommandSpec("alfworld", f"{PKG}.prepare:register", "ALFWorld data: prepare (fetch the full games)",
+                        help="alfworld data: prepare")]
+
+
+@hookimpl
+def agentr1_configs():
+    return package_configs(PKG)  # every agentr1_env_alfworld/configs/*.yaml, e.g. agentr1-core run alfworld

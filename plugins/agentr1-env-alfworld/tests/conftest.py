@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
+import agentr1_env_alfworld
 from agentr1_env_alfworld.datasets import load_alfworld
 from agentr1_env_alfworld.pool import GamePool
 
-DATA = Path(__file__).parent / "data" / "alfworld"
+DATA = Path(agentr1_env_alfworld.__file__).parent / "data" / "alfworld_sample"  # shipped in the wheel
 
 
 def run(coro):

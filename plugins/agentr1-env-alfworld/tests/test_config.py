@@ -1,4 +1,5 @@
-"""The shipped recipe resolves its games folder from ALFWORLD_DATA and passes the up-front component checks."""
+"""The recipe the plugin ships (``agentr1-core run alfworld``) reads its games from ALFWORLD_DATA, else from the sample
+games shipped in the package, and passes the up-front component checks."""
 
 from __future__ import annotations
 
@@ -6,19 +7,18 @@ from pathlib import Path
 
 import pytest
 
+import agentr1_env_alfworld
 from agentr1_core.config import load_config
 from agentr1_core.plugins import configure_registry
 from agentr1_core.runner import check_components
 
-DATA = Path(__file__).parent / "data" / "alfworld"
-
-RECIPE = Path(__file__).resolve().parents[3] / "configs" / "alfworld.yaml"
+DATA = Path(agentr1_env_alfworld.__file__).parent / "data" / "alfworld_sample"  # shipped in the wheel
 
 
 @pytest.mark.slow
 def test_recipe_validates_and_its_rows_load(monkeypatch):
     monkeypatch.setenv("ALFWORLD_DATA", str(DATA))
-    cfg = load_config(str(RECIPE), ["data.train.split=valid_seen"])
+    cfg = load_config("alfworld", ["data.train.split=valid_seen"])
     assert cfg.env.name == "alfworld" and cfg.data.train.path == str(DATA)
     registry = configure_registry(cfg.plugins.allow, cfg.plugins.block)
     check_components(cfg, registry)
@@ -26,3 +26,13 @@ def test_recipe_validates_and_its_rows_load(monkeypatch):
     params = {k: v for k, v in dict(cfg.data.train).items() if k != "name"}
     rows = loader(**params)
     assert len(rows) == 6 and {r["data_source"] for r in rows} >= {"pick_two_obj_and_place"}
+
+
+def test_recipe_defaults_to_the_shipped_sample_games(monkeypatch, tmp_path):
+    monkeypatch.delenv("ALFWORLD_DATA", raising=False)
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config("alfworld")
+    assert Path(cfg.data.train.path) == DATA.resolve() and Path(cfg.data.val.path) == DATA.resolve()
+    from agentr1_env_alfworld.datasets import load_alfworld
+
+    assert len(load_alfworld(cfg.data.val.path, split=cfg.data.val.split)) == 6

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
+import agentr1_env_alfworld
 from agentr1_core.config import ConfigError
 from agentr1_env_alfworld.datasets import TASK_TYPES, load_alfworld
 from agentr1_env_alfworld.prompt import parse_command, render_user_message, split_intro
 
-DATA = Path(__file__).parent / "data" / "alfworld"
+DATA = Path(agentr1_env_alfworld.__file__).parent / "data" / "alfworld_sample"  # shipped in the wheel
 
 
 def test_loader_reads_every_shipped_game_with_its_task_type_and_goal(rows):
@@ -94,4 +95,23 @@ def test_installed_cli_lists_the_plugin():
     entries = listing if isinstance(listing, list) else listing.get("plugins", [])
     mine = [p for p in entries if p.get("distribution") == "agentr1-env-alfworld"]
     assert mine and mine[0]["status"] == "ok", out
-    assert mine[0]["components"] == {"dataset": ["alfworld"], "env": ["alfworld"], "reward": ["alfworld_won"]}
+    assert mine[0]["components"] == {"command": ["alfworld"], "config": ["alfworld"],
+                                     "dataset": ["alfworld", "alfworld_split"], "env": ["alfworld"],
+                                     "reward": ["alfworld_won"]}
+
+
+def test_a_split_name_typo_is_refused_instead_of_loading_every_split():
+    with pytest.raises(ConfigError, match=r"data.split: unknown alfworld split 'valid_unseeen' \(did you mean "
+                                          r"'valid_unseen'\?\)"):
+        load_alfworld(str(DATA), split="valid_unseeen")
+
+
+def test_a_folder_holding_only_another_split_is_not_loaded_under_the_wrong_label(tmp_path):
+    with pytest.raises(ConfigError, match=r"no 'valid_unseen' split under .*; it holds: valid_seen"):
+        load_alfworld(str(DATA), split="valid_unseen")
+    with pytest.raises(ConfigError, match=r"is the 'valid_seen' split, not 'train'"):
+        load_alfworld(str(DATA / "json_2.1.1" / "valid_seen"), split="train")
+    shutil.copytree(DATA / "json_2.1.1" / "valid_seen", tmp_path / "valid_seen")  # a folder of splits
+    with pytest.raises(ConfigError, match=r"no 'train' split under"):
+        load_alfworld(str(tmp_path), split="train")
+    assert {r["extra_info"]["split"] for r in load_alfworld(str(tmp_path), split="valid_seen")} == {"valid_seen"}

@@ -26,7 +26,9 @@ def read_json_records(path: str | Path) -> list[dict[str, Any]]:
     """A JSON list or a JSONL file; a broken line is an error naming the file and line."""
     file = Path(path)
     if not file.is_file():
-        raise FileNotFoundError(f"WebShop data file not found: {file}")
+        raise FileNotFoundError(
+            f"WebShop data file not found: {file} (set WEBSHOP_DATA to a folder with products_1k_processed.jsonl, "
+            "product_prices_seed0.json and goals_synthetic_derived_seed0.json, or unset it to use the shipped sample)")
     text = file.read_text(encoding="utf-8")
     if text.lstrip().startswith("["):
         return list(json.loads(text))

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from agentr1_core.hookspecs import hookimpl
+from agentr1_core.named_configs import package_configs
 from agentr1_core.specs import DatasetSpec, EnvSpec
+
+PKG = "agentr1_env_webshop"
 
 
 @hookimpl
@@ -16,3 +19,8 @@ def agentr1_envs():
 def agentr1_datasets():
     return [DatasetSpec("webshop", "agentr1_env_webshop.data:load_goals",
                         "WebShop goals (synthetic or human) as rows, split by index ranges like the original")]
+
+
+@hookimpl
+def agentr1_configs():
+    return package_configs(PKG)  # every agentr1_env_webshop/configs/*.yaml, e.g. agentr1-core run webshop

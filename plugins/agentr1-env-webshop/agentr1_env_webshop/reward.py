@@ -71,14 +71,18 @@ def type_reward(product: dict[str, Any], goal: dict[str, Any], noun_tagger: str 
 
 
 def attribute_matches(product: dict[str, Any], goal_attributes: list[str]) -> int:
-    title = product["Title"].lower()
-    bullets = " ".join(product["BulletPoints"]).lower()
-    description = product["Description"].lower()
+    """Goal attributes found in the product. Like the original scorer, the title, bullet points and description are
+    only read for an attribute that no ``Attributes`` entry matched, in that order; a product without one of them
+    (or without ``Attributes``) is scored on what it has instead of raising ``KeyError``."""
+    texts = (lambda: str(product.get("Title") or "").lower(),
+             lambda: " ".join(product.get("BulletPoints") or []).lower(),
+             lambda: str(product.get("Description") or "").lower())
+    have = product.get("Attributes") or []
     count = 0
     for wanted in goal_attributes:
-        if any(fuzz.token_set_ratio(have, wanted) > FUZZ_THRESHOLD for have in product["Attributes"]):
+        if any(fuzz.token_set_ratio(attr, wanted) > FUZZ_THRESHOLD for attr in have):
             count += 1
-        elif wanted in title or wanted in bullets or wanted in description:
+        elif any(wanted in text() for text in texts):
             count += 1
     return count
 

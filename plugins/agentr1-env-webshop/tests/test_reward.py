@@ -99,3 +99,16 @@ def test_type_reward_gates(catalog, synthetic_goals):
 def test_title_score_counts_goal_nouns_with_repeats():
     assert title_score("Table Lamp", "Table Table Lamp") == pytest.approx(2 / 3)
     assert title_score("Lamp", "quickly") == 0.2  # goal name without nouns
+
+
+def test_attribute_text_fields_are_read_only_when_needed_and_may_be_missing():
+    from agentr1_env_webshop.reward import attribute_matches
+
+    # matched through Attributes: title, bullet points and description are never needed
+    assert attribute_matches({"Attributes": ["machine wash"]}, ["machine wash"]) == 1
+    # matched in the title: the absent bullet points and description are not read
+    assert attribute_matches({"Attributes": [], "Title": "Soft Cotton Shirt"}, ["cotton"]) == 1
+    # found only in the description, with no title, bullet points or attributes at all
+    assert attribute_matches({"Description": "Long lasting battery"}, ["long lasting", "waterproof"]) == 1
+    assert attribute_matches({}, ["anything"]) == 0
+    assert attribute_matches({"BulletPoints": ["Easy to clean surface"]}, ["easy to clean"]) == 1

@@ -1,4 +1,4 @@
-"""End to end on ``configs/opd.yaml``: a 6-block student cut from SmolLM2-135M-Instruct, distilled from the full
+"""End to end on the ``opd`` config: a 6-block student cut from SmolLM2-135M-Instruct, distilled from the full
 model on the calculator task by the local trainer, gets clearly closer to the teacher on held-out prompts (exact
 per-token reverse KL on its own fresh episodes); and a student with another tokenizer stops the run at startup."""
 
@@ -16,7 +16,7 @@ from agentr1_opd.student import make_student
 from agentr1_opd.teacher import TokenizerMismatchError
 
 pytestmark = pytest.mark.slow
-CONFIG = Path(__file__).resolve().parents[3] / "configs" / "opd.yaml"
+CONFIG = "opd"  # the named config this distribution ships
 HELD_OUT = 8
 
 
@@ -26,7 +26,7 @@ def student(tmp_path_factory) -> Path:
 
 
 def trainer_for(model_path: Path, run_dir: Path, *overrides: str) -> LocalTrainer:
-    cfg = load_config(str(CONFIG), [f"run_dir={run_dir}", f"model.path={model_path}", *overrides])
+    cfg = load_config(CONFIG, [f"run_dir={run_dir}", f"model.path={model_path}", *overrides])
     return LocalTrainer(cfg, configure_registry(cfg.plugins.allow, cfg.plugins.block))
 
 

@@ -3,8 +3,6 @@ teacher prompts with the real SmolLM2 tokenizer."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -21,7 +19,6 @@ from agentr1_opd.teacher import (
     Teacher, TokenizerMismatchError, check_tokenizers, ground_truth_text, teacher_prompt, tokenizer_mismatch,
 )
 
-REPO = Path(__file__).resolve().parents[3]
 
 
 def make_batch(old, teacher, mask, rewards=(0.0, 1.0), groups=(0, 0)) -> StepBatch:
@@ -41,7 +38,7 @@ def test_opd_is_registered_by_its_own_distribution():
 
 
 def test_the_opd_recipe_config_validates():
-    cfg = load_config(str(REPO / "configs" / "opd.yaml"))
+    cfg = load_config("opd")
     check_components(cfg, configure_registry(cfg.plugins.allow, cfg.plugins.block))
     assert cfg.algorithm.name == "opd" and float(cfg.rollout.temperature) == 1.0
 
@@ -53,7 +50,7 @@ def test_bad_parameters_are_clear_errors():
         OnPolicyDistillation(clip_log_ratio=0.0)
     with pytest.raises(ValueError, match="not opd"):
         OnPolicyDistillation(mix_algorithm="opd")
-    cfg = load_config(str(REPO / "configs" / "opd.yaml"), ["algorithm.teacher_temp=2"])
+    cfg = load_config("opd", ["algorithm.teacher_temp=2"])
     with pytest.raises(ConfigError, match="teacher_temp"):
         check_components(cfg, configure_registry(cfg.plugins.allow, cfg.plugins.block))
 

@@ -1,5 +1,6 @@
 """``agentr1-core search``: ``index`` (build an index with a progress bar), ``serve`` (HTTP on loopback),
-``query`` (print the tool's answer for one query). Registered through the ``agentr1_cli_commands`` hook."""
+``query`` (print the tool's answer for one query), ``prepare`` (fetch the full HotpotQA data). Registered through
+the ``agentr1_cli_commands`` hook."""
 
 from __future__ import annotations
 
@@ -52,7 +53,10 @@ def _source_args(p: argparse.ArgumentParser) -> None:
 
 
 def register(parser: argparse.ArgumentParser) -> None:
+    from agentr1_tools_search.prepare import register_prepare
+
     sub = parser.add_subparsers(dest="search_command", metavar="ACTION", required=True)
+    register_prepare(sub)
     idx = sub.add_parser("index", help="build an index of a JSONL corpus ({id, title?, contents} per line)")
     idx.add_argument("corpus", metavar="CORPUS.jsonl")
     idx.add_argument("--out", default=None, help="index folder (default: CORPUS.jsonl.bm25 next to the corpus)")

@@ -6,6 +6,7 @@ Every factory is a lazy ``"module:attr"`` string: listing plugins does not impor
 from __future__ import annotations
 
 from agentr1_core.hookspecs import hookimpl
+from agentr1_core.named_configs import package_configs
 from agentr1_core.specs import CommandSpec, DatasetSpec, EnvSpec, RewardSpec, ToolSpec
 
 PKG = "agentr1_tools_search"
@@ -45,4 +46,9 @@ def agentr1_rewards():
 @hookimpl
 def agentr1_cli_commands():
     return [CommandSpec("search", f"{PKG}.cli:register", "Build, serve and query search indexes",
-                        help="search indexes: index | serve | query")]
+                        help="search indexes: index | serve | query; prepare: the full HotpotQA data")]
+
+
+@hookimpl
+def agentr1_configs():
+    return package_configs(PKG)  # every agentr1_tools_search/configs/*.yaml, e.g. agentr1-core run hotpotqa

@@ -1,5 +1,5 @@
 """The installed distribution: ``agentr1-core plugins``, ``agentr1-core search ...`` through the console script,
-and the recipe config ``configs/hotpotqa.yaml`` resolving to this plugin's components."""
+and the recipe config ``hotpotqa`` (shipped in the package) resolving to this plugin's components."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from agentr1_core.config import ConfigError, load_config
 from agentr1_core.plugins import get_registry
 from agentr1_core.runner import check_components
 
-RECIPE = Path(__file__).resolve().parents[3] / "configs" / "hotpotqa.yaml"
+RECIPE = "hotpotqa"  # the named config this distribution ships (agentr1_tools_search/configs/hotpotqa.yaml)
 CLI = shutil.which("agentr1-core") or str(Path(sys.executable).parent / "agentr1-core")
 
 
@@ -32,7 +32,8 @@ def test_plugins_json_lists_the_installed_distribution(isolated_cache):
     row = rows["search"]
     assert row["distribution"] == "agentr1-tools-search" and row["status"] == "ok" and row["version"] == "0.1.0"
     assert row["components"] == {
-        "command": ["search"], "dataset": ["2wiki", "bamboogle", "hotpotqa", "musique", "nq", "qa_jsonl"],
+        "command": ["search"], "config": ["hotpotqa"],
+        "dataset": ["2wiki", "bamboogle", "hotpotqa", "musique", "nq", "qa_jsonl"],
         "env": ["search_qa"], "reward": ["qa_em", "qa_f1"], "tool": ["search"]}
 
 
@@ -69,23 +70,23 @@ def test_cli_index_out_dir_and_one_line_errors(tmp_path, isolated_cache):
 
 
 def test_recipe_config_resolves_to_this_plugins_components():
-    cfg = load_config(str(RECIPE))
+    cfg = load_config(RECIPE)
     check_components(cfg, get_registry())
     assert cfg.env.name == "search_qa" and cfg.env.tools[0].name == "search"
     assert cfg.data.train.name == "hotpotqa" and cfg.reward.name == "qa_em" and list(cfg.stages) == ["sft", "rl"]
     assert cfg.model.path == "smollm2-135m-instruct"
-    scaled = load_config(str(RECIPE), ["model.path=Qwen/Qwen2.5-3B-Instruct", "data.train.path=/data/train.json",
+    scaled = load_config(RECIPE, ["model.path=Qwen/Qwen2.5-3B-Instruct", "data.train.path=/data/train.json",
                                        "env.tools=[{name: search, index: /data/wiki.bm25, top_k: 5}]"])
     check_components(scaled, get_registry())
     assert scaled.env.tools[0].index == "/data/wiki.bm25" and scaled.data.train.path == "/data/train.json"
     with pytest.raises(ConfigError, match=r"env.tools\[0\].topk: unknown parameter .*did you mean 'top_k'"):
-        check_components(load_config(str(RECIPE), ["env.tools=[{name: search, topk: 5}]"]), get_registry())
+        check_components(load_config(RECIPE, ["env.tools=[{name: search, topk: 5}]"]), get_registry())
     with pytest.raises(ConfigError, match="env.contxt"):
-        check_components(load_config(str(RECIPE), ["env.contxt=window"]), get_registry())
+        check_components(load_config(RECIPE, ["env.contxt=window"]), get_registry())
 
 
 def test_recipe_components_build_from_the_config():
-    cfg = load_config(str(RECIPE))
+    cfg = load_config(RECIPE)
     registry = get_registry()
     train = {k: v for k, v in dict(cfg.data.train).items() if k != "name"}
     rows = registry.build("dataset", cfg.data.train.name, train)
@@ -98,6 +99,6 @@ def test_recipe_components_build_from_the_config():
 
 
 def test_config_show_prints_the_recipe(isolated_cache):
-    out = run_cli("config", "show", str(RECIPE), "env.context=window", env_cache=isolated_cache)
+    out = run_cli("config", "show", RECIPE, "env.context=window", env_cache=isolated_cache)
     assert out.returncode == 0, out.stderr
     assert "name: search_qa" in out.stdout and "context: window" in out.stdout

@@ -1,0 +1,122 @@
+"""Everything a run checks before the model loads, in one call: ``preflight(cfg, registry)``.
+
+In order: config values (``validation.check_values``), the model path (``models.check_model_path``), component
+names and parameters (with the key path, and the distribution to install when a known component is missing), then the
+light components are built once: the datasets (``data.train`` must give rows), the reward, the algorithm and the env
+(with its tools, for the first training row). Any failure is one ``ConfigError`` line naming the key path, so a
+missing corpus or catalogue stops the run in seconds instead of turning every episode into an env error.
+
+The dataset rows loaded here are handed to the local trainer (``take_rows``) instead of being read twice. Nothing
+here loads a model or starts an engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+from omegaconf import DictConfig, OmegaConf
+
+from agentr1_core.config import ConfigError, component
+from agentr1_core.plugins import PluginError, Registry
+
+# Components that live in distributions of this project: (kind, name) -> the distribution that provides it.
+PROVIDED_BY = {
+    ("tool", "search"): "agentr1-tools-search", ("env", "search_qa"): "agentr1-tools-search",
+    ("reward", "qa_em"): "agentr1-tools-search", ("reward", "qa_f1"): "agentr1-tools-search",
+    **{("dataset", n): "agentr1-tools-search" for n in ("hotpotqa", "musique", "2wiki", "nq", "bamboogle",
+                                                       "qa_jsonl")},
+    ("env", "alfworld"): "agentr1-env-alfworld", ("dataset", "alfworld"): "agentr1-env-alfworld",
+    ("reward", "alfworld_won"): "agentr1-env-alfworld",
+    ("env", "webshop"): "agentr1-env-webshop", ("dataset", "webshop"): "agentr1-env-webshop",
+    ("algorithm", "opd"): "agentr1-opd",
+    ("engine", "vllm"): "agentr1-core[vllm]", ("trainer", "ray"): "agentr1-core[ray]",
+    ("trainer", "verl"): "agentr1-core[verl]",
+}
+
+_rows: dict[tuple[str, str], list[dict[str, Any]]] = {}
+
+
+def _one_line(exc: BaseException) -> str:
+    text = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
+    if isinstance(exc, (PluginError, ValueError, OSError)) and text:
+        return text
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+@contextmanager
+def at_key(key: str) -> Iterator[None]:
+    """Turn any exception raised while building the component at ``key`` into a one-line ``ConfigError``."""
+    try:
+        yield
+    except ConfigError as exc:
+        message = _one_line(exc)
+        raise ConfigError(message if message.startswith("config error") else f"config error at {key}: {message}")
+    except Exception as exc:
+        raise ConfigError(f"config error at {key}: {_one_line(exc)}") from exc
+
+
+def missing_component_hint(kind: str, name: str, registry: Registry) -> str:
+    dist = PROVIDED_BY.get((kind, name))
+    if dist is None or name in registry.components.get(kind, {}):
+        return ""
+    return f"; it is provided by {dist}: pip install {dist}"
+
+
+def _rows_key(name: str, params: dict[str, Any]) -> tuple[str, str]:
+    return name, json.dumps(params, sort_keys=True, default=str)
+
+
+def load_rows(cfg: DictConfig, registry: Registry, key: str, keep: bool = True) -> list[dict[str, Any]]:
+    """The rows of the dataset at ``key`` (``data.train`` / ``data.val``), kept for ``take_rows`` when ``keep``."""
+    name, params = component(cfg, key)
+    with at_key(key):
+        rows = list(registry.build("dataset", name, params, where=key))
+    if keep:
+        _rows[_rows_key(name, params)] = rows
+    return rows
+
+
+def take_rows(name: str, params: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """Rows that ``preflight`` already loaded for this dataset (handed over once), or None."""
+    return _rows.pop(_rows_key(name, params), None)
+
+
+def build_env_once(cfg: DictConfig, registry: Registry, row: dict[str, Any] | None) -> None:
+    env_cfg = OmegaConf.to_container(cfg.env, resolve=True)
+    assert isinstance(env_cfg, dict)
+    name = str(env_cfg.pop("name"))
+    env_cfg.update((row or {}).get("env_kwargs") or {})
+    with at_key("env"):
+        env = registry.build("env", name, env_cfg, where="env")
+        close = getattr(env, "close", None)
+        if close is not None:
+            result = close()
+            if asyncio.iscoroutine(result):
+                asyncio.run(result)
+
+
+def preflight(cfg: DictConfig, registry: Registry, keep_rows: bool = True, build: bool = True) -> None:
+    """Check ``cfg`` fully before anything heavy; raise a one-line ``ConfigError`` on the first problem."""
+    from agentr1_core.models import check_model_path
+    from agentr1_core.runner import build_reward_fn, check_components
+    from agentr1_core.validation import check_values
+
+    check_values(cfg)
+    check_model_path(str(cfg.model.path))
+    check_components(cfg, registry)
+    if not build:
+        return
+    train = load_rows(cfg, registry, "data.train", keep_rows)
+    if not train:
+        raise ConfigError("config error at data.train: the dataset produced no rows")
+    if OmegaConf.select(cfg, "data.val") is not None:
+        load_rows(cfg, registry, "data.val", keep_rows)
+    with at_key("reward"):
+        build_reward_fn(cfg, registry)
+    name, params = component(cfg, "algorithm")
+    with at_key("algorithm"):
+        registry.build("algorithm", name, params, where="algorithm")
+    build_env_once(cfg, registry, train[0])

@@ -1,0 +1,131 @@
+"""The distributions as a user gets them: wheels built with ``pip wheel --no-deps``, installed (not editable) into a
+new virtual environment that sees nothing of this checkout, and used by name from a directory outside it.
+
+One environment holds the core (with the model distribution it depends on); each recipe distribution is installed
+into it in turn, checked and uninstalled: ``config list`` shows its config with the distribution, ``config show``
+resolves every data path to a file shipped in the wheel, and a one-iteration run with tiny sizes completes.
+Dependencies come from the package index with the versions in constraints.txt (torch pinned to the CPU build).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.slow  # builds six wheels and a new environment (minutes)
+
+ROOT = Path(__file__).resolve().parents[2]
+DISTRIBUTIONS = {  # distribution -> source folder
+    "agentr1-core": ROOT,
+    "agentr1-model-smollm2": ROOT / "plugins" / "agentr1-model-smollm2",
+    "agentr1-tools-search": ROOT / "plugins" / "agentr1-tools-search",
+    "agentr1-env-webshop": ROOT / "plugins" / "agentr1-env-webshop",
+    "agentr1-env-alfworld": ROOT / "plugins" / "agentr1-env-alfworld",
+    "agentr1-opd": ROOT / "plugins" / "agentr1-opd",
+}
+TINY = ["stages=[rl]", "trainer.total_steps=1", "trainer.checkpoint_every=-1", "rollout.batch_size=1", "rollout.n=2",
+        "rollout.max_new_tokens=8", "rollout.max_turns=2", "validation.every=0", "validation.max_rows=1"]
+RECIPES = {  # config -> (distribution, recipe-specific tiny overrides)
+    "hotpotqa": ("agentr1-tools-search", ["env.max_turns=2"]),
+    "webshop": ("agentr1-env-webshop", ["env.max_steps=2"]),
+    "alfworld": ("agentr1-env-alfworld", ["env.max_steps=2", "env.workers=1"]),
+    "opd": ("agentr1-opd", ["model.path=smollm2-135m-instruct"]),  # the recipe's student is made by a command first
+}
+DATA_SUFFIXES = (".json", ".jsonl", ".zip")
+
+
+def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: int = 900) -> subprocess.CompletedProcess:
+    out = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+    return out
+
+
+@pytest.fixture(scope="module")
+def outside(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("outside-the-checkout")
+
+
+@pytest.fixture(scope="module")
+def clean_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTHON", "AGENTR1_", "VIRTUAL_ENV", "WEBSHOP_", "ALFWORLD_", "HOTPOTQA_"))}
+    return env
+
+
+@pytest.fixture(scope="module")
+def wheels(outside, clean_env) -> dict[str, Path]:
+    folder = outside / "wheels"
+    built = _run([sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "-w", str(folder),
+                  *map(str, DISTRIBUTIONS.values())], cwd=outside, env=clean_env)
+    log = built.stdout + built.stderr
+    assert "License classifiers are deprecated" not in log and "`project.license` as a TOML table" not in log
+    found = {}
+    for dist in DISTRIBUTIONS:
+        matches = list(folder.glob(dist.replace("-", "_") + "-*.whl"))
+        assert len(matches) == 1, f"no wheel for {dist} in {sorted(p.name for p in folder.iterdir())}"
+        found[dist] = matches[0]
+    return found
+
+
+@pytest.fixture(scope="module")
+def venv(outside, wheels, clean_env) -> dict[str, object]:
+    """A new environment (no system site packages) with the core and its model distribution, from wheels."""
+    root = outside / "venv"
+    _run([sys.executable, "-m", "venv", str(root)], cwd=outside, env=clean_env)
+    python = root / "bin" / "python"
+    _run([str(python), "-m", "pip", "install", "-q", "-c", str(ROOT / "constraints.txt"),
+          str(wheels["agentr1-core"]), str(wheels["agentr1-model-smollm2"])], cwd=outside, env=clean_env)
+    env = dict(clean_env, AGENTR1_CACHE=str(outside / "cache"))
+    return {"python": python, "cli": root / "bin" / "agentr1-core", "env": env}
+
+
+def _paths(node, found: list[str]) -> list[str]:
+    if isinstance(node, dict):
+        for value in node.values():
+            _paths(value, found)
+    elif isinstance(node, list):
+        for value in node:
+            _paths(value, found)
+    elif isinstance(node, str) and node.startswith("/"):
+        found.append(node)
+    return found
+
+
+def test_nothing_of_the_checkout_is_importable_in_the_new_environment(venv, outside):
+    out = _run([str(venv["python"]), "-c", "import agentr1_core, agentr1_model_smollm2; "
+                "print(agentr1_core.__file__); print(agentr1_model_smollm2.GGUF_PATH.stat().st_size)"],
+               cwd=outside, env=venv["env"])
+    core_file, gguf_size = out.stdout.split()
+    assert str(ROOT) not in core_file and "site-packages" in core_file and int(gguf_size) > 90_000_000
+    listed = _run([str(venv["cli"]), "config", "list", "--json"], cwd=outside, env=venv["env"])
+    assert {r["name"]: r["distribution"] for r in json.loads(listed.stdout)} == {
+        "default": "agentr1-core", "tiny": "agentr1-core"}
+
+
+@pytest.mark.parametrize("recipe", list(RECIPES))
+def test_recipe_installed_from_its_wheel_runs_by_name_outside_the_checkout(recipe, venv, wheels, outside):
+    dist, overrides = RECIPES[recipe]
+    py, cli, env = str(venv["python"]), str(venv["cli"]), venv["env"]
+    _run([py, "-m", "pip", "install", "-q", "-c", str(ROOT / "constraints.txt"), str(wheels[dist])],
+         cwd=outside, env=env)
+    try:
+        listed = json.loads(_run([cli, "config", "list", "--json"], cwd=outside, env=env).stdout)
+        assert {"name": recipe, "distribution": dist} in [{k: r[k] for k in ("name", "distribution")} for r in listed]
+        shown = yaml.safe_load(_run([cli, "config", "show", recipe], cwd=outside, env=env).stdout)
+        data_paths = [p for p in _paths(shown, []) if p.endswith(DATA_SUFFIXES) or "/data/" in p]
+        assert data_paths or recipe == "opd", f"{recipe}: no data path in the resolved config"
+        for path in data_paths:
+            assert Path(path).exists(), f"{recipe}: {path} does not exist"
+            assert str(ROOT) not in path and "site-packages" in path, f"{recipe}: {path} is not in the wheel"
+        run_dir = outside / f"run-{recipe}"
+        _run([cli, "run", recipe, *TINY, *overrides, f"run_dir={run_dir}"], cwd=outside, env=env)
+        metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line]
+        assert metrics, f"{recipe}: the run wrote no metrics"
+    finally:
+        _run([py, "-m", "pip", "uninstall", "-q", "-y", dist], cwd=outside, env=env)

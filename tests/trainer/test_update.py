@@ -1,0 +1,226 @@
+"""The RL update on a tiny random Llama: the gradient of one update does not depend on the micro-batch size, the
+multi-tensor optimizer and clipping give the old per-tensor results, a separate critic leaves the policy's update
+alone, the engine-vs-trainer log-prob gap is measured, and truncated episodes are bootstrapped from the critic's
+value of the next observation (a hand-worked case)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from agentr1_core.algorithms.components import ALGORITHM_CLASSES
+from agentr1_core.algorithms.gae import step_gae
+from agentr1_core.config import ConfigError
+from agentr1_core.mdp import Observation, Step, Trajectory
+from agentr1_core.trainers.batching import build_step_batch, collate, trajectories_to_rows
+from agentr1_core.trainers.forward import response_forward
+from agentr1_core.trainers.roles import bootstrap_values, engine_runs_module, recompute_old_logprobs
+from agentr1_core.trainers.update import Critic, Policy, make_optimizer, policy_update, score_batch
+
+
+def _rows(model, pad_id: int, lengths=((5, 2), (9, 2), (4, 20), (7, 20)), noise: float = 0.05):
+    """Step rows with (prompt, response) lengths ``lengths``; old log-probs = the model's own plus noise, so that
+    ratios are near 1 but not equal."""
+    gen = torch.Generator().manual_seed(1)
+    trajs = []
+    for i, (p, r) in enumerate(lengths):
+        prompt = torch.randint(10, 2000, (p,), generator=gen).tolist()
+        resp = torch.randint(10, 2000, (r,), generator=gen).tolist()
+        trajs.append(Trajectory(steps=[Step(prompt, resp, [0.0] * r, reward=float(i % 2), done=True)],
+                                uid=f"t{i}", group_id="g"))
+    rows = trajectories_to_rows(trajs).rows
+    batch = build_step_batch(rows)
+    with torch.no_grad():
+        out = response_forward(model, collate(rows, pad_id), batch.action_mask.shape[1])
+    batch.old_logprobs = (out.logprobs + noise * torch.randn(out.logprobs.shape, generator=gen)) * batch.action_mask
+    for row, lp in zip(rows, batch.old_logprobs):
+        row.old_logprobs = lp[:len(row.response_ids)].tolist()
+    return rows, batch
+
+
+def _update_delta(model, rows, batch, algo, micro: int, critic: str = "none", mini_batches: int = 1):
+    """Parameter change of one ``policy_update`` with plain SGD at lr 1 (so the change is minus the gradient)."""
+    policy_model = copy.deepcopy(model).train()
+    torch.manual_seed(0)
+    head = torch.nn.Linear(model.config.hidden_size, 1) if critic != "none" else None
+    sep = None
+    if critic == "separate":
+        cm = copy.deepcopy(model)
+        cparams = list(cm.parameters()) + list(head.parameters())
+        sep = Critic(model=cm, head=head, optimizer=torch.optim.SGD(cparams, lr=1.0), params=cparams,
+                     max_grad_norm=0.0)
+        head = None
+    params = list(policy_model.parameters()) + (list(head.parameters()) if head is not None else [])
+    policy = Policy(model=policy_model, pad_id=0, value_head=head, params=params, critic=sep)
+    b = copy.deepcopy(batch)
+    if algo.needs_critic:
+        b.values = torch.tensor([0.1, -0.2, 0.3, 0.0])
+    adv = algo.compute_advantages(b)
+    before = [p.detach().clone() for p in params]
+    metrics = policy_update(policy, algo, torch.optim.SGD(params, lr=1.0), rows, b, adv.advantages, adv.returns,
+                            micro_batch_size=micro, mini_batches=mini_batches, update_epochs=1, temperature=1.0,
+                            max_grad_norm=0.0, progress=False)
+    delta = torch.cat([(p.detach() - b0).flatten() for p, b0 in zip(params, before)])
+    return delta, metrics, policy
+
+
+CASES = [("grpo", {"loss_agg": "token-mean"}), ("grpo", {"loss_agg": "seq-mean-token-sum"}),
+         ("grpo", {"loss_agg": "seq-mean-token-mean"}), ("grpo", {"loss_agg": "token-mean", "entropy_coef": 0.01}),
+         ("drgrpo", {}), ("reinforce", {}), ("ppo", {}), ("steppo", {})]
+
+
+@pytest.mark.parametrize("name,params", CASES, ids=[f"{n}-{'-'.join(map(str, p.values()))}" for n, p in CASES])
+def test_update_gradient_does_not_depend_on_micro_batch_size(tiny_model, name, params):
+    """Rows of 2, 2, 20 and 20 response tokens: micro-batches 1, 2, 3 and 4 give the same update (1e-5 relative),
+    for every loss aggregation and with the critic's value loss on the shared trunk."""
+    rows, batch = _rows(tiny_model, 0)
+    algo = ALGORITHM_CLASSES[name](**params)
+    deltas = {m: _update_delta(tiny_model, rows, batch, algo, m, critic="head" if algo.needs_critic else "none")
+              for m in (1, 2, 3, 4)}
+    full, full_metrics, _ = deltas[4]
+    assert float(full.norm()) > 0
+    for m in (1, 2, 3):
+        delta, metrics, _ = deltas[m]
+        assert float((delta - full).norm()) <= 1e-5 * float(full.norm()), (name, m)
+        assert metrics["loss"] == pytest.approx(full_metrics["loss"], rel=1e-5, abs=1e-7)
+
+
+def test_multi_tensor_optimizer_and_clipping_match_the_per_tensor_update(tiny_model, monkeypatch):
+    """AdamW(foreach) + foreach clipping (the trainer's) against AdamW(foreach=False) + per-tensor clipping."""
+    rows, batch = _rows(tiny_model, 0)
+    algo = ALGORITHM_CLASSES["grpo"]()
+    adv = algo.compute_advantages(batch)
+    per_tensor_clip = torch.nn.utils.clip_grad_norm_
+    results = []
+    for fast in (True, False):
+        model = copy.deepcopy(tiny_model).train()
+        params = list(model.parameters())
+        if fast:
+            opt = make_optimizer([{"params": params, "lr": 1e-3}], lr=1e-3)
+        else:
+            opt = torch.optim.AdamW(params, lr=1e-3, foreach=False)
+            monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_",
+                                lambda ps, mx, foreach=None: per_tensor_clip(ps, mx, foreach=False))
+        assert opt.defaults["foreach"] is fast
+        metrics = policy_update(Policy(model=model, pad_id=0, params=params), algo, opt, rows, copy.deepcopy(batch),
+                                adv.advantages, adv.returns, micro_batch_size=2, mini_batches=1, update_epochs=2,
+                                temperature=1.0, max_grad_norm=0.05, progress=False)
+        monkeypatch.undo()
+        results.append((torch.cat([p.detach().flatten() for p in params]), metrics))
+    (fast_w, fast_m), (slow_w, slow_m) = results
+    assert fast_m["optimizer_steps"] == slow_m["optimizer_steps"] == 2
+    assert fast_m["grad_norm"] > 0.05  # clipping was active
+    start = torch.cat([p.detach().flatten() for p in tiny_model.parameters()])
+    # the kernels round differently; Adam's step g / (sqrt(v) + eps) magnifies that only where |g| is near eps
+    assert float((fast_w - slow_w).norm()) <= 1e-3 * float((slow_w - start).norm())
+    assert float((fast_w - slow_w).abs().max()) <= 0.05 * 1e-3  # 5% of one step of lr 1e-3, at worst
+    assert fast_m["grad_norm"] == pytest.approx(slow_m["grad_norm"], rel=1e-4)
+    assert fast_m["weight_change"] == pytest.approx(float((fast_w - start).norm()), rel=1e-4)
+
+
+def test_separate_critic_leaves_the_policy_update_alone(tiny_model):
+    """With a separate critic the policy's change is the critic-free one; a head on the shared trunk changes it."""
+    rows, batch = _rows(tiny_model, 0)
+    algo = ALGORITHM_CLASSES["steppo"](loss_type="ppo", clip_ratio=0.2, loss_agg="token-mean")
+    sep, sep_metrics, sep_policy = _update_delta(tiny_model, rows, batch, algo, 2, critic="separate")
+    none, _, _ = _update_delta(tiny_model, rows, batch, algo, 2, critic="none")
+    shared, _, _ = _update_delta(tiny_model, rows, batch, algo, 2, critic="head")
+    n = none.numel()
+    assert torch.allclose(sep, none, rtol=0, atol=1e-7)
+    assert float((shared[:n] - none).norm()) > 1e-4  # the value loss reaches the shared trunk
+    assert sep_metrics["critic_grad_norm"] > 0 and sep_metrics["vf_loss"] > 0
+    critic_change = sum(float((p.detach() - q.detach()).abs().sum()) for p, q in
+                        zip(sep_policy.critic.model.parameters(), tiny_model.parameters()))
+    assert critic_change > 0
+
+
+def test_logprob_gap_is_measured_with_and_without_recompute(tiny_model):
+    rows, batch = _rows(tiny_model, 0, noise=0.05)
+    algo = ALGORITHM_CLASSES["grpo"]()
+    _, metrics, _ = _update_delta(tiny_model, rows, batch, algo, 2)
+    mask = batch.action_mask > 0
+    with torch.no_grad():
+        own = response_forward(tiny_model, collate(rows, 0), batch.action_mask.shape[1]).logprobs
+    expected = (batch.old_logprobs - own)[mask].abs()
+    assert metrics["logprob_gap_mean"] == pytest.approx(float(expected.mean()), rel=1e-4)
+    assert metrics["logprob_gap_max"] == pytest.approx(float(expected.max()), rel=1e-4)
+    b = copy.deepcopy(batch)
+    policy = Policy(model=tiny_model, pad_id=0, params=[])
+    scored = score_batch(policy, rows, b, 3, 1.0, recompute_old=True, need_ref=False, need_values=False)
+    assert scored["logprob_gap_mean"] == pytest.approx(float(expected.mean()), rel=1e-4)
+    assert torch.allclose(b.old_logprobs, own, atol=1e-6)
+    assert torch.equal(b.extras["rollout_logprobs"], batch.old_logprobs)
+
+
+class _Engine:
+    def __init__(self, model):
+        self.model = model
+
+
+def test_recompute_old_logprobs_auto(tiny_model):
+    own, other = _Engine(tiny_model), _Engine(copy.deepcopy(tiny_model))
+    assert engine_runs_module(own, tiny_model) and not engine_runs_module(other, tiny_model)
+    assert recompute_old_logprobs("auto", False, own, tiny_model) is False
+    assert recompute_old_logprobs("auto", True, own, tiny_model) is True  # several optimizer steps per rollout
+    assert recompute_old_logprobs("auto", False, other, tiny_model) is True  # a foreign engine (vLLM, a copy)
+    assert recompute_old_logprobs("auto", False, object(), tiny_model) is True
+    assert recompute_old_logprobs("false", False, other, tiny_model) is False
+    assert recompute_old_logprobs(True, False, own, tiny_model) is True
+    with pytest.raises(ConfigError, match="auto, true, false"):
+        recompute_old_logprobs("sometimes", False, own, tiny_model)
+
+
+def test_truncated_episodes_bootstrap_from_the_next_observation(tiny_model, smol_tokenizer):
+    """Hand-worked step GAE (gamma = lam = 1, no whitening). The critic head is a constant 0.5 (zero weights), so
+    the value of any next observation is 0.5.
+
+    A: cut at max_turns after 2 steps, rewards [0, 0.1], V = [0.2, 0.4], next value 0.5:
+       delta = [0 + 0.4 - 0.2, 0.1 + 0.5 - 0.4] = [0.2, 0.2]  ->  A = [0.4, 0.2]   (no bootstrap: [-0.1, -0.3])
+    B: env fault on its only step (no next observation), r = 0, V = 0.3: next value = its own V  ->  A = 0
+    C: done, r = 1, V = 0.3  ->  A = 0.7 (terminal: no bootstrap)."""
+    head = torch.nn.Linear(tiny_model.config.hidden_size, 1)
+    torch.nn.init.zeros_(head.weight)
+    torch.nn.init.constant_(head.bias, 0.5)
+    policy = Policy(model=tiny_model, pad_id=smol_tokenizer.pad_token_id, value_head=head)
+    nxt = Observation(messages=[{"role": "user", "content": "What is 2+3?"}])
+    a = Trajectory(steps=[Step([1, 2, 3], [4, 5], [-1.0, -1.0], reward=0.0, next_observation=nxt),
+                          Step([1, 2, 3, 4, 5, 6], [7], [-1.0], reward=0.1, next_observation=nxt)],
+                   uid="a", group_id="a", termination="max_turns")
+    a.steps[-1].truncated = True
+    b = Trajectory(steps=[Step([1, 2], [3], [-1.0], reward=0.0, truncated=True)], uid="b", group_id="b",
+                   termination="env_error")
+    c = Trajectory(steps=[Step([1, 2], [3], [-1.0], reward=1.0, done=True, next_observation=nxt)], uid="c",
+                   group_id="c", termination="done")
+    trajs = [a, b, c]
+    rows = trajectories_to_rows(trajs).rows
+    batch = build_step_batch(rows)
+    batch.values = torch.tensor([0.2, 0.4, 0.3, 0.3])
+    boot, from_obs = bootstrap_values(policy, trajs, rows, batch.values, smol_tokenizer, micro_batch_size=2)
+    assert from_obs == 1
+    assert boot[1].item() == pytest.approx(0.5, abs=1e-6) and boot[2].item() == pytest.approx(0.3)
+    batch.extras["bootstrap_values"] = boot
+    out = step_gae(batch, gamma=1.0, lam=1.0, whiten_advantages=False)
+    step_adv = out.advantages[:, 0]
+    assert step_adv.tolist() == pytest.approx([0.4, 0.2, 0.0, 0.7], abs=1e-6)
+    assert out.returns.tolist() == pytest.approx([0.6, 0.6, 0.3, 1.0], abs=1e-6)
+
+
+def test_bootstrap_reads_the_critic_at_the_next_prompts_last_token(tiny_model, smol_tokenizer):
+    """With a non-constant head the bootstrap value is the head on the final hidden state of the rendered next
+    observation, the same place a step's value is read."""
+    from agentr1_core.flows import render_prompt
+
+    torch.manual_seed(3)
+    head = torch.nn.Linear(tiny_model.config.hidden_size, 1)
+    policy = Policy(model=tiny_model, pad_id=smol_tokenizer.pad_token_id, value_head=head)
+    nxt = Observation(text="Calculator result: 42")
+    traj = Trajectory(steps=[Step([5, 6, 7], [8, 9], [-1.0, -1.0], next_observation=nxt, truncated=True)], uid="x")
+    rows = trajectories_to_rows([traj]).rows
+    boot, from_obs = bootstrap_values(policy, [traj], rows, torch.zeros(1), smol_tokenizer, micro_batch_size=1)
+    ids = render_prompt(smol_tokenizer, nxt)
+    with torch.no_grad():
+        hidden = tiny_model(input_ids=torch.tensor([ids]), output_hidden_states=True).hidden_states[-1]
+        expected = head(hidden[0, -1]).item()
+    assert from_obs == 1 and boot[0].item() == pytest.approx(expected, abs=1e-5)
