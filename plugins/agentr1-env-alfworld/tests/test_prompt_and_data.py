@@ -95,7 +95,8 @@ def test_installed_cli_lists_the_plugin():
     entries = listing if isinstance(listing, list) else listing.get("plugins", [])
     mine = [p for p in entries if p.get("distribution") == "agentr1-env-alfworld"]
     assert mine and mine[0]["status"] == "ok", out
-    assert mine[0]["components"] == {"command": ["alfworld"], "config": ["alfworld"],
+    assert mine[0]["components"] == {
+        "command": ["alfworld"], "config": ["alfworld", "alfworld-cpu", "alfworld-gpu"],
                                      "dataset": ["alfworld", "alfworld_split"], "env": ["alfworld"],
                                      "reward": ["alfworld_won"]}
 

@@ -32,7 +32,7 @@ def test_plugins_json_lists_the_installed_distribution(isolated_cache):
     row = rows["search"]
     assert row["distribution"] == "agentr1-tools-search" and row["status"] == "ok" and row["version"] == "0.1.0"
     assert row["components"] == {
-        "command": ["search"], "config": ["hotpotqa"],
+        "command": ["search"], "config": ["hotpotqa", "hotpotqa-cpu", "hotpotqa-gpu"],
         "dataset": ["2wiki", "bamboogle", "hotpotqa", "musique", "nq", "qa_jsonl"],
         "env": ["search_qa"], "reward": ["qa_em", "qa_f1"], "tool": ["search"]}
 
