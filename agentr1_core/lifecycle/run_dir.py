@@ -25,6 +25,7 @@ from agentr1_core.lifecycle.checkpoint import latest_checkpoint
 from agentr1_core.plugins import PluginError
 
 CONFIG_FILE = "config.yaml"
+VERL_STATE_FILE = "agentr1_state.json"  # verl_trainer.STATE_FILE (not imported: that module needs torch)
 RUN_FILES = ("metrics.jsonl", "tb", "checkpoints", "summary.json", CONFIG_FILE, "curves.png")
 
 
@@ -67,6 +68,16 @@ def save_config(cfg: DictConfig, run_dir: str | os.PathLike) -> Path:
     return path / CONFIG_FILE
 
 
+def has_checkpoint(run_dir: str | os.PathLike) -> bool:
+    """Whether ``run_dir`` holds a complete checkpoint of the local trainer (``step_N`` with its marker) or of the
+    verl trainer (``verl_iter_N`` with its state file; ``.tmp`` folders are unfinished)."""
+    if latest_checkpoint(run_dir) is not None:
+        return True
+    root = Path(run_dir) / "checkpoints"
+    return any(p.is_dir() and not p.name.endswith(".tmp") and (p / VERL_STATE_FILE).is_file()
+               for p in root.glob("verl_iter_*"))
+
+
 def prepare_run_dir(cfg: DictConfig, overwrite: bool = False) -> None:
     """Apply the rule above to ``cfg.run_dir`` (raise ``RunDirInUseError``), then save the config there."""
     run_dir = str(cfg.run_dir)
@@ -75,7 +86,7 @@ def prepare_run_dir(cfg: DictConfig, overwrite: bool = False) -> None:
         raise RunDirInUseError("--resume and --overwrite exclude each other: continue the run or replace it")
     entries = run_entries(run_dir)
     if resume:
-        if latest_checkpoint(run_dir) is None:
+        if not has_checkpoint(run_dir):
             raise RunDirInUseError(
                 f"nothing to resume: run_dir {run_dir} has no complete checkpoint; run without --resume"
                 + (" (add --overwrite to replace what is there)" if entries else ""))
