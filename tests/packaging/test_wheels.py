@@ -120,7 +120,12 @@ def test_recipe_installed_from_its_wheel_runs_by_name_outside_the_checkout(recip
     try:
         listed = json.loads(_run([cli, "config", "list", "--json"], cwd=outside, env=env).stdout)
         assert {"name": recipe, "distribution": dist} in [{k: r[k] for k in ("name", "distribution")} for r in listed]
-        shown = yaml.safe_load(_run([cli, "config", "show", recipe], cwd=outside, env=env).stdout)
+        show = [cli, "config", "show", recipe]
+        if recipe == "opd":  # its student folder is made by `agentr1-core opd-student`; show checks paths like run
+            refused = subprocess.run(show, cwd=outside, env=env, capture_output=True, text=True, timeout=300)
+            assert refused.returncode == 2 and "runs/opd-student does not exist" in refused.stderr, refused.stderr
+            show.append("model.path=smollm2-135m-instruct")
+        shown = yaml.safe_load(_run(show, cwd=outside, env=env).stdout)
         data_paths = [p for p in _paths(shown, []) if p.endswith(DATA_SUFFIXES) or "/data/" in p]
         assert data_paths or recipe == "opd", f"{recipe}: no data path in the resolved config"
         for path in data_paths:
