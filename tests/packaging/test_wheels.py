@@ -123,7 +123,8 @@ def test_recipe_installed_from_its_wheel_runs_by_name_outside_the_checkout(recip
         show = [cli, "config", "show", recipe]
         if recipe == "opd":  # its student folder is made by `agentr1-core opd-student`; show checks paths like run
             refused = subprocess.run(show, cwd=outside, env=env, capture_output=True, text=True, timeout=300)
-            assert refused.returncode == 2 and "runs/opd-student does not exist" in refused.stderr, refused.stderr
+            assert refused.returncode == 2 and "model.path" in refused.stderr, refused.stderr
+            assert "runs/opd-student" in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
             show.append("model.path=smollm2-135m-instruct")
         shown = yaml.safe_load(_run(show, cwd=outside, env=env).stdout)
         data_paths = [p for p in _paths(shown, []) if p.endswith(DATA_SUFFIXES) or "/data/" in p]
