@@ -33,8 +33,8 @@ from omegaconf import OmegaConf
 
 from agentr1_core.config import ConfigError
 from agentr1_core.distributed.settings import ClusterSettings
+from agentr1_core.lifecycle.run_dir import VERL_STATE_FILE, verl_checkpoint_dirs
 
-STATE_FILE = "agentr1_state.json"
 # verl's metric names -> the local trainer's (both are written: the local name and ``verl/<name>``)
 LOCAL_NAMES = {"loss": "loss", "grad_norm": "grad_norm", "actor/pg_loss": "pg_loss", "actor/pg_clipfrac":
                "clip_fraction", "actor/ppo_kl": "approx_kl", "actor/entropy_loss": "entropy", "kl_loss": "kl",
@@ -69,12 +69,6 @@ def pick_device(n_gpus: int) -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() and n_gpus > 0 else "cpu"
-
-
-def checkpoint_dirs(run_dir: Path) -> list[Path]:
-    root = run_dir / "checkpoints"
-    done = [p for p in root.glob("verl_iter_*") if (p / STATE_FILE).is_file() and not p.name.endswith(".tmp")]
-    return sorted(done, key=lambda p: int(p.name.rsplit("_", 1)[-1]))
 
 
 class VerlTrainer:
@@ -353,11 +347,11 @@ class VerlTrainer:
         self.groups.save(tmp, self.iteration)
         state = {"iteration": self.iteration, "data_cursor": self.data_cursor, "history": self.history,
                  "metrics_offset": self.writer.offset(), "seed": int(self.cfg.seed)}
-        (tmp / STATE_FILE).write_text(json.dumps(state, default=str), encoding="utf-8")
+        (tmp / VERL_STATE_FILE).write_text(json.dumps(state, default=str), encoding="utf-8")
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
         keep = int(self.cfg.trainer.keep_checkpoints)
-        for old in checkpoint_dirs(self.run_dir)[:-keep] if keep > 0 else []:
+        for old in verl_checkpoint_dirs(self.run_dir)[:-keep] if keep > 0 else []:
             shutil.rmtree(old, ignore_errors=True)
         print(f"[checkpoint] {final} in {time.perf_counter() - t0:.1f}s", flush=True)
         return final
@@ -368,11 +362,11 @@ class VerlTrainer:
         mode = str(self.cfg.trainer.resume)
         if mode not in ("never", "auto"):
             raise ConfigError(f"config error at trainer.resume: must be 'never' or 'auto', got {mode!r}")
-        found = checkpoint_dirs(self.run_dir) if mode == "auto" else []
+        found = verl_checkpoint_dirs(self.run_dir) if mode == "auto" else []
         if not found:
             return None
         last = found[-1]
-        state = json.loads((last / STATE_FILE).read_text(encoding="utf-8"))
+        state = json.loads((last / VERL_STATE_FILE).read_text(encoding="utf-8"))
         self.groups.load(last)
         self.iteration, self.data_cursor = int(state["iteration"]), int(state["data_cursor"])
         self.history = dict(state.get("history") or {})

@@ -25,7 +25,7 @@ from agentr1_core.lifecycle.checkpoint import latest_checkpoint
 from agentr1_core.plugins import PluginError
 
 CONFIG_FILE = "config.yaml"
-VERL_STATE_FILE = "agentr1_state.json"  # verl_trainer.STATE_FILE (not imported: that module needs torch)
+VERL_STATE_FILE = "agentr1_state.json"  # the verl trainer's state file, written last into verl_iter_N
 RUN_FILES = ("metrics.jsonl", "tb", "checkpoints", "summary.json", CONFIG_FILE, "curves.png")
 
 
@@ -71,11 +71,14 @@ def save_config(cfg: DictConfig, run_dir: str | os.PathLike) -> Path:
 def has_checkpoint(run_dir: str | os.PathLike) -> bool:
     """Whether ``run_dir`` holds a complete checkpoint of the local trainer (``step_N`` with its marker) or of the
     verl trainer (``verl_iter_N`` with its state file; ``.tmp`` folders are unfinished)."""
-    if latest_checkpoint(run_dir) is not None:
-        return True
+    return latest_checkpoint(run_dir) is not None or bool(verl_checkpoint_dirs(run_dir))
+
+
+def verl_checkpoint_dirs(run_dir: str | os.PathLike) -> list[Path]:
+    """The verl trainer's complete checkpoints in ``run_dir``, oldest first."""
     root = Path(run_dir) / "checkpoints"
-    return any(p.is_dir() and not p.name.endswith(".tmp") and (p / VERL_STATE_FILE).is_file()
-               for p in root.glob("verl_iter_*"))
+    done = [p for p in root.glob("verl_iter_*") if (p / VERL_STATE_FILE).is_file() and not p.name.endswith(".tmp")]
+    return sorted(done, key=lambda p: int(p.name.rsplit("_", 1)[-1]))
 
 
 def prepare_run_dir(cfg: DictConfig, overwrite: bool = False) -> None:

@@ -17,8 +17,3 @@ def test_verl_checkpoints_count_only_when_complete(tmp_path):
     (tmp_path / "checkpoints" / "verl_iter_000003" / VERL_STATE_FILE).write_text("{}", encoding="utf-8")
     assert has_checkpoint(tmp_path)
 
-
-def test_the_verl_state_file_name_matches_the_verl_trainer():
-    source = (__import__("pathlib").Path(__import__("agentr1_core").__file__).parent / "distributed" /
-              "verl_trainer.py").read_text(encoding="utf-8")
-    assert f'STATE_FILE = "{VERL_STATE_FILE}"' in source
