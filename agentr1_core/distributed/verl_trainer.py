@@ -252,11 +252,10 @@ class VerlTrainer:
         return record
 
     def train_iteration(self) -> dict[str, Any]:
-        from agentr1_core.lifecycle.metrics import console_line
         from agentr1_core.trainers.batching import trajectories_to_rows
-        from agentr1_core.trainers.metrics import peak_rss_mb, rollout_metrics
+        from agentr1_core.trainers.metrics import end_iteration, rollout_metrics
 
-        cfg, tr = self.cfg, self.cfg.trainer
+        cfg = self.cfg
         t0 = time.perf_counter()
         self.iteration += 1
         rows = self.next_rows(int(cfg.rollout.batch_size))
@@ -271,19 +270,8 @@ class VerlTrainer:
             metrics.update(self._update(steps, trajs))
             self._publish(metrics)
             metrics["dist/wake_seconds"] = self._engines("wake_up")
-        every = int(cfg.validation.every)
-        if every > 0 and self.iteration % every == 0 and self.iteration < int(tr.total_steps):
-            metrics["validation"] = self.validate(f"iter{self.iteration}")
         metrics.update(self.pool.take_stats())
-        metrics["iteration_seconds"] = time.perf_counter() - t0
-        metrics["peak_rss_mb"] = peak_rss_mb()
-        self.writer.write(metrics)
-        print(console_line(metrics, int(tr.total_steps)), flush=True)
-        if self._checkpoint_due():
-            self.save_checkpoint()
-        for cb in self.callbacks:
-            cb.on_iteration_end(self, metrics)
-        return metrics
+        return end_iteration(self, metrics, t0)
 
     def _update(self, steps: Any, trajs: list[Any]) -> dict[str, Any]:
         """Scores, advantages and the verl updates of one rollout batch; returns metrics."""

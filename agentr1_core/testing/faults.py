@@ -174,6 +174,9 @@ class FaultInjectingEngine:
     def sync_weights(self, state: Any = None) -> None:
         self.inner.sync_weights(state)
 
+    def take_prefix_stats(self) -> dict[str, float]:
+        return self.inner.take_prefix_stats()
+
     def close(self) -> None:
         self.inner.close()
 

@@ -44,11 +44,11 @@ from agentr1_core.config import component
 from agentr1_core.flows import FlowContext
 from agentr1_core.lifecycle.checkpoint import check_run_dir, latest_checkpoint
 from agentr1_core.lifecycle.episode_errors import report_episode_errors
-from agentr1_core.lifecycle.metrics import MetricsLogger, console_line
+from agentr1_core.lifecycle.metrics import MetricsLogger
 from agentr1_core.rollout.base import SamplingParams
 from agentr1_core.rollout.driver import current_episode_uid, rollout_async
 from agentr1_core.trainers.batching import build_step_batch, trajectories_to_rows
-from agentr1_core.trainers.metrics import peak_rss_mb, rollout_metrics, validation_metrics
+from agentr1_core.trainers.metrics import end_iteration, peak_rss_mb, rollout_metrics, validation_metrics
 from agentr1_core.trainers import roles
 from agentr1_core.trainers.seeding import EpisodeSeededEngine
 from agentr1_core.trainers.update import Policy, make_optimizer, policy_update, score_batch, sft_update
@@ -393,18 +393,7 @@ class LocalTrainer:
                 int(tr.micro_batch_size), int(tr.mini_batches), int(tr.update_epochs),
                 float(cfg.rollout.temperature), float(tr.max_grad_norm), float(tr.value_coef), self.scheduler, gen))
             self.engine.sync_weights()
-        every = int(cfg.validation.every)
-        if every > 0 and self.iteration % every == 0 and self.iteration < int(tr.total_steps):
-            metrics["validation"] = self.validate(f"iter{self.iteration}")
-        metrics["iteration_seconds"] = time.perf_counter() - t0
-        metrics["peak_rss_mb"] = peak_rss_mb()
-        self.writer.write(metrics)
-        print(console_line(metrics, int(tr.total_steps)), flush=True)
-        if self._checkpoint_due():
-            self.save_checkpoint()
-        for cb in self.callbacks:
-            cb.on_iteration_end(self, metrics)
-        return metrics
+        return end_iteration(self, metrics, t0)
 
     def fit(self) -> dict[str, Any]:
         try:

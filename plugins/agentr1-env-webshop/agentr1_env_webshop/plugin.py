@@ -1,11 +1,11 @@
-"""Registers the WebShop env, goal dataset, ``webshop_score`` reward and named configs with agentr1 (lazy
-factories: listing plugins imports nothing heavy)."""
+"""Registers the WebShop env, goal dataset, ``webshop_score`` reward, the ``webshop prepare`` command and the named
+configs with agentr1 (lazy factories: listing plugins imports nothing heavy)."""
 
 from __future__ import annotations
 
 from agentr1_core.hookspecs import hookimpl
 from agentr1_core.named_configs import package_configs
-from agentr1_core.specs import DatasetSpec, EnvSpec, RewardSpec
+from agentr1_core.specs import CommandSpec, DatasetSpec, EnvSpec, RewardSpec
 
 PKG = "agentr1_env_webshop"
 
@@ -26,6 +26,12 @@ def agentr1_datasets():
 def agentr1_rewards():
     return [RewardSpec("webshop_score", f"{PKG}.score:webshop_score",
                        "the WebShop purchase reward as the final reward (with the env's step_reward: false)")]
+
+
+@hookimpl
+def agentr1_cli_commands():
+    return [CommandSpec("webshop", f"{PKG}.prepare:register", "WebShop data: prepare (fetch the 1000-product files)",
+                        help="webshop data: prepare")]
 
 
 @hookimpl
