@@ -3,7 +3,8 @@
 A reward is called once per episode as ``fn(trajectory, row)``; the flow puts it on the last step (search steps keep
 the env's own reward, 0 unless ``search_reward`` is set on the env). The prediction is the last ``<answer>`` of the
 last step of an episode that ended with an answer; the gold answers are ``row["reward_model"]["ground_truth"]``
-(a string or a list of aliases: the best alias counts).
+(a string or a list of aliases: the best alias counts). Both rewards record the episode's ``em`` and ``f1`` in
+``Trajectory.metrics``, so validation reports both whichever one is the reward.
 """
 
 from __future__ import annotations
@@ -29,13 +30,14 @@ class _QAReward:
         self.format_reward = format_reward
 
     def __call__(self, traj: Trajectory, row: dict[str, Any]) -> float:
-        if not traj.steps or traj.termination != "done":
-            return 0.0
-        answer = extract_answer(traj.steps[-1].action_text)
+        answered = bool(traj.steps) and traj.termination == "done"
+        answer = extract_answer(traj.steps[-1].action_text) if answered else None
         if answer is None:
+            traj.metrics.update(em=0.0, f1=0.0)
             return 0.0
-        score = best_score(answer, gold_answers(row), self.metric)
-        return max(score, self.format_reward)
+        gold = gold_answers(row)
+        traj.metrics.update(em=best_score(answer, gold, exact_match), f1=best_score(answer, gold, f1_score))
+        return max(best_score(answer, gold, self.metric), self.format_reward)
 
 
 class QAExactMatch(_QAReward):

@@ -82,3 +82,15 @@ def test_format_reward_only_for_a_well_formed_wrong_answer():
 
 def test_qa_f1_reward():
     assert QAF1()(_traj("<answer>Hall</answer>"), ROW) == pytest.approx(2 / 3)
+
+
+@pytest.mark.parametrize("reward", [QAExactMatch(), QAF1(format_reward=0.1)])
+def test_both_rewards_record_em_and_f1_for_validation(reward):
+    partial, unanswered = _traj("<answer>Hall</answer>"), _traj("Hall")
+    reward(partial, ROW)
+    reward(unanswered, ROW)
+    assert partial.metrics["em"] == 0.0 and partial.metrics["f1"] == pytest.approx(2 / 3)
+    assert unanswered.metrics["em"] == 0.0 and unanswered.metrics["f1"] == 0.0
+    exact = _traj("<answer>G. Stanley Hall</answer>")
+    reward(exact, ROW)
+    assert exact.metrics["em"] == 1.0 and exact.metrics["f1"] == 1.0
