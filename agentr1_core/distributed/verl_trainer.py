@@ -206,6 +206,7 @@ class VerlTrainer:
 
     # -- stages -------------------------------------------------------------------------------------------------
     def validate(self, label: str) -> dict[str, Any] | None:
+        from agentr1_core.lifecycle.metrics import write_episodes
         from agentr1_core.trainers.metrics import validation_metrics
 
         if not self.val_rows:
@@ -217,6 +218,7 @@ class VerlTrainer:
         result.update(label=label, seconds=time.perf_counter() - t0, iteration=self.iteration)
         self.history.setdefault("validation", {})[label] = result
         self.writer.write({"event": "validation", **result})
+        write_episodes(self.run_dir / "episodes" / f"{label}.jsonl", trajs)
         print(f"[validation {label}] success {result['success_rate']:.3f} reward {result['reward_mean']:.3f} "
               f"on {result['cases']} cases", flush=True)
         return result

@@ -8,6 +8,9 @@ are written as null. TensorBoard gets every numeric value, nested dicts flattene
 at the record's iteration. On resume, ``truncate_to(offset)`` drops the records written after the checkpoint, and
 TensorBoard purges its events from the first repeated iteration on, so no iteration is ever logged twice.
 
+``write_episodes`` keeps what the agent did in a validation (``episodes/<label>.jsonl``: per episode its task,
+actions, env feedback, reward and termination), to read next to the numbers.
+
 This module computes no metrics (see ``agentr1_core.trainers.metrics``).
 """
 
@@ -114,6 +117,34 @@ class MetricsLogger:
         if self.wandb is not None:
             self.wandb.finish()
             self.wandb = None
+
+
+def _task_text(observation: Any) -> str:
+    """The last user message (or the text) of an episode's first observation, or ``""``."""
+    if observation is None:
+        return ""
+    for message in reversed(observation.messages or []):
+        if message.get("role") == "user":
+            return str(message.get("content", ""))
+    return observation.text or ""
+
+
+def write_episodes(path: str | os.PathLike, trajs: Any) -> Path:
+    """One JSON line per episode: ``data_source``, ``task`` (the first observation's user message), ``reward``,
+    ``termination``, ``metrics`` and ``steps`` (``action``, ``feedback``, ``reward``). Written to a temporary file and
+    renamed, so a reader never sees half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.part")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        for t in trajs:
+            first = t.steps[0].observation if t.steps else None
+            record = {"data_source": t.data_source, "task": _task_text(first), "reward": t.final_reward,
+                      "termination": t.termination, "metrics": t.metrics,
+                      "steps": [{"action": s.action_text, "feedback": s.feedback, "reward": s.reward} for s in t.steps]}
+            fh.write(json.dumps(clean(record), ensure_ascii=False) + "\n")
+    tmp.replace(path)
+    return path
 
 
 def truncate_metrics(run_dir: str | os.PathLike, offset: int) -> int:

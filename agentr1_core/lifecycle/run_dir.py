@@ -2,7 +2,7 @@
 
 * A fresh run (no ``--resume``) needs an empty or absent ``run_dir``. A directory that already holds files is
   refused with one line (exit code 2) unless ``--overwrite`` is given, which deletes the previous run's files
-  (``metrics.jsonl``, ``tb/``, ``checkpoints/``, ``summary.json``, ``config.yaml``, ``curves.png``,
+  (``metrics.jsonl``, ``tb/``, ``checkpoints/``, ``summary.json``, ``config.yaml``, ``curves.png``, ``episodes/``,
   ``eval_*.json``) first; other files are left alone.
 * ``--resume`` (``trainer.resume=auto``) needs a complete checkpoint in ``run_dir``; without one it is refused with
   one line instead of silently starting over.
@@ -26,7 +26,7 @@ from agentr1_core.plugins import PluginError
 
 CONFIG_FILE = "config.yaml"
 VERL_STATE_FILE = "agentr1_state.json"  # the verl trainer's state file, written last into verl_iter_N
-RUN_FILES = ("metrics.jsonl", "tb", "checkpoints", "summary.json", CONFIG_FILE, "curves.png")
+RUN_FILES = ("metrics.jsonl", "tb", "checkpoints", "summary.json", CONFIG_FILE, "curves.png", "episodes")
 
 
 class RunDirInUseError(PluginError):

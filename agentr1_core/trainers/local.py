@@ -44,7 +44,7 @@ from agentr1_core.config import component
 from agentr1_core.flows import FlowContext
 from agentr1_core.lifecycle.checkpoint import check_run_dir, latest_checkpoint
 from agentr1_core.lifecycle.episode_errors import report_episode_errors
-from agentr1_core.lifecycle.metrics import MetricsLogger
+from agentr1_core.lifecycle.metrics import MetricsLogger, write_episodes
 from agentr1_core.rollout.base import SamplingParams
 from agentr1_core.rollout.driver import current_episode_uid, rollout_async
 from agentr1_core.trainers.batching import build_step_batch, trajectories_to_rows
@@ -306,6 +306,7 @@ class LocalTrainer:
         report_episode_errors(self, trajs, f"validation {label}", result)
         self.history.setdefault("validation", {})[label] = result
         self.writer.write({"event": "validation", **result})
+        write_episodes(self.run_dir / "episodes" / f"{label}.jsonl", trajs)
         by = ", ".join(f"{k} {v['success_rate']:.3f}" for k, v in result["by_source"].items())
         print(f"[validation {label}] success {result['success_rate']:.3f} reward {result['reward_mean']:.3f} "
               f"on {result['cases']} cases ({by}) in {seconds:.0f}s", flush=True)

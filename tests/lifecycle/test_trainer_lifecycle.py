@@ -46,6 +46,11 @@ def test_lora_run_checkpoint_export_and_eval(tmp_path, tiny_run_config, tiny_mod
     assert main(["run", str(config), f"run_dir={run_dir}"]) == 0
     ckpt = latest_checkpoint(run_dir)
     assert ckpt.name == "step_000002" and (ckpt / "model" / "adapter_config.json").is_file()
+    for label in ("before_rl", "after_rl"):  # what the agent did in each validation, next to the numbers
+        episodes = [json.loads(line) for line in (run_dir / "episodes" / f"{label}.jsonl").read_text().splitlines()]
+        assert len(episodes) == 2 and all("?" in e["task"] for e in episodes)  # the arithmetic question
+        assert all(e["steps"] and {"action", "feedback"} <= set(e["steps"][0]) and e["reward"] in (0.0, 1.0)
+                   for e in episodes)
     state = load_state(ckpt)
     assert state["model_path"] == tiny_model_dir and state["iteration"] == 2 and "model" not in state
     assert {"optimizer", "scheduler", "rng", "data", "history", "metrics_offset"} <= set(state)
