@@ -27,6 +27,10 @@ state dict is passed (then it is copied in place). Sequences already decoding ke
 weights. Generate only while no optimizer step is running, and keep the model free of gradient checkpointing in
 train mode during generation (transformers then disables the KV cache).
 
+Memory. The running batch's key/value buffers are sized for ``max_batch_size`` rows and the longest row; after
+``IDLE_RELEASE_SECONDS`` without work (between rollouts, while the trainer updates) they are freed, and the next
+prefill allocates them again. The prefix store keeps at most ``prefix_cache_mb``.
+
 Log-probs are ``log_softmax(logits / T)`` of the untruncated model at the request's temperature (``T = 1`` for
 greedy); the trainer must recompute with the same temperature. ``score`` uses ``T = 1``. ``Generation.text`` is
 ``tokenizer.decode(token_ids, skip_special_tokens=True)``; ids are never re-encoded. A stop string is kept at the
@@ -48,6 +52,8 @@ from .base import Generation, SamplingParams
 from .prefix_cache import BLOCK, PrefixStore, chain_hashes
 from .transformers_kv import BatchKV, prefill_batch
 from .transformers_sampling import RowSampling, sample_rows
+
+IDLE_RELEASE_SECONDS = 0.5  # the worker frees the batch's KV buffers after this long without work
 
 
 @dataclass
@@ -217,11 +223,12 @@ class TransformersEngine:
                 block = not (self._running or self._pending)
                 items: list[_Request | None] = []
                 try:
-                    items.append(self._inbox.get(timeout=0.5) if block else self._inbox.get_nowait())
+                    items.append(self._inbox.get(timeout=IDLE_RELEASE_SECONDS) if block else self._inbox.get_nowait())
                     while True:
                         items.append(self._inbox.get_nowait())
                 except queue.Empty:
-                    pass
+                    if block:  # idle: between rollouts (the update runs then), the cache memory goes back
+                        self._kv.release()
                 if None in items or self._closed:
                     self._shutdown([r for r in items if r is not None])
                     return

@@ -140,6 +140,20 @@ class BatchKV:
             layer.expose()
         self.rows = self.columns = 0
 
+    def release(self) -> None:
+        """Empty the batch and free the buffers (the next prefill allocates them again)."""
+        self.clear()
+        for layer in self.layers:
+            layer.kbuf = layer.vbuf = None
+            layer.expose()
+        self._mask = None
+
+    @property
+    def allocated_bytes(self) -> int:
+        """Bytes held by the key/value buffers of every layer."""
+        return sum(b.numel() * b.element_size() for layer in self.layers for b in (layer.kbuf, layer.vbuf)
+                   if b is not None)
+
     # -- rows leave / join ------------------------------------------------------------------------------------------
     def remove(self, drop: list[int]) -> list[int]:
         """Drop rows ``drop``; returns ``order``: new row ``j`` is old row ``order[j]``. Copies one row per drop."""

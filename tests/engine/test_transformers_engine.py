@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 import torch
@@ -155,3 +156,20 @@ def test_in_place_weight_update_is_seen(engine, prompts, smol_model_and_tokenize
     assert after.token_ids != before.token_ids
     restored = asyncio.run(engine.generate(prompts[1], sampling))
     assert restored.token_ids == before.token_ids
+
+
+def test_idle_engine_frees_its_kv_buffers_and_generates_the_same_after(engine, prompts):
+    """Between rollouts (the trainer's update) the batch's key/value buffers go back; the next request reallocates
+    them and gets exactly what it got before."""
+    from agentr1_core.rollout.transformers_engine import IDLE_RELEASE_SECONDS
+
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=12)
+    engine._store.clear()  # nothing reused from earlier tests: both runs prefill the same way
+    first = asyncio.run(_gather(engine, prompts, greedy))
+    deadline = time.monotonic() + 20 * IDLE_RELEASE_SECONDS
+    while engine._kv.allocated_bytes and time.monotonic() < deadline:
+        time.sleep(IDLE_RELEASE_SECONDS / 5)
+    assert engine._kv.allocated_bytes == 0
+    engine._store.clear()
+    again = asyncio.run(_gather(engine, prompts, greedy))
+    assert [g.token_ids for g in again] == [g.token_ids for g in first]
