@@ -9,7 +9,9 @@ episodes per ``data.val`` row (``validation.temperature``, greedy by default) an
 success rate, steps, termination reasons and tool errors, overall and per ``data_source``, plus the means of every
 numeric per-episode metric a reward or env put in ``Trajectory.metrics`` (EM, F1, score, ...).
 
-It trains nothing and writes nothing into the run directory except the report (when ``--out`` points there).
+Next to the report, ``<report>.episodes.jsonl`` keeps what the agent did (task, actions, feedback, reward per
+episode). It trains nothing and writes nothing into the run directory except these two files (when ``--out`` points
+there).
 """
 
 from __future__ import annotations
@@ -60,8 +62,10 @@ def resolve_checkpoint(spec: str | None, run_dir: str | Path) -> Path | None:
     return path
 
 
-def evaluate(cfg: Any, registry: Any, checkpoint: str | None = None) -> dict[str, Any]:
-    """Run validation with the weights of ``checkpoint``; returns the report."""
+def evaluate(cfg: Any, registry: Any, checkpoint: str | None = None,
+             episodes: list[Any] | None = None) -> dict[str, Any]:
+    """Run validation with the weights of ``checkpoint``; returns the report (the trajectories are appended to
+    ``episodes`` when given)."""
     from agentr1_core.lifecycle.trainer_state import load_weights
     from agentr1_core.trainers.metrics import validation_metrics
 
@@ -83,6 +87,8 @@ def evaluate(cfg: Any, registry: Any, checkpoint: str | None = None) -> dict[str
         tokens = sum(len(s.response_ids) for t in trajs for s in t.steps)
         result.update(steps_per_episode=sum(t.num_steps for t in trajs) / max(1, len(trajs)),
                       tokens_generated=tokens, seconds=seconds)
+        if episodes is not None:
+            episodes.extend(trajs)
         return {"checkpoint": str(ckpt) if ckpt is not None else None,
                 "iteration": state.get("iteration"), "model_path": str(cfg.model.path),
                 "episodes": len(trajs), "n_per_row": int(cfg.validation.n),
@@ -94,7 +100,7 @@ def evaluate(cfg: Any, registry: Any, checkpoint: str | None = None) -> dict[str
 def cmd_eval(args: argparse.Namespace) -> int:
     from agentr1_core.cli import _split_config_args
     from agentr1_core.config import load_config
-    from agentr1_core.lifecycle.metrics import clean
+    from agentr1_core.lifecycle.metrics import clean, write_episodes
     from agentr1_core.lifecycle.run_dir import saved_config
     from agentr1_core.plugins import configure_registry
     from agentr1_core.preflight import preflight
@@ -110,12 +116,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
     registry = configure_registry(cfg.plugins.allow, cfg.plugins.block)
     preflight(cfg, registry)
     t0 = time.perf_counter()
-    report = evaluate(cfg, registry, checkpoint)
+    trajs: list[Any] = []
+    report = evaluate(cfg, registry, checkpoint, episodes=trajs)
     print(f"[eval] checkpoint {report['checkpoint'] or 'none (the configured model as it is)'}", flush=True)
     name = Path(report["checkpoint"]).name if report["checkpoint"] else "base"
     out = Path(args.out) if args.out else Path(str(cfg.run_dir)) / f"eval_{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(clean(report), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_episodes(out.with_suffix(".episodes.jsonl"), trajs)
     by = ", ".join(f"{k} {v['success_rate']:.3f}" for k, v in report["by_source"].items())
     print(f"[eval] success {report['success_rate']:.3f} reward {report['reward_mean']:.3f} on {report['cases']} "
           f"episodes ({by}) in {time.perf_counter() - t0:.0f}s -> {out}", flush=True)

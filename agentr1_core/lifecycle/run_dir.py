@@ -3,7 +3,7 @@
 * A fresh run (no ``--resume``) needs an empty or absent ``run_dir``. A directory that already holds files is
   refused with one line (exit code 2) unless ``--overwrite`` is given, which deletes the previous run's files
   (``metrics.jsonl``, ``tb/``, ``checkpoints/``, ``summary.json``, ``config.yaml``, ``curves.png``, ``episodes/``,
-  ``eval_*.json``) first; other files are left alone.
+  ``eval_*.json`` and ``eval_*.episodes.jsonl``) first; other files are left alone.
 * ``--resume`` (``trainer.resume=auto``) needs a complete checkpoint in ``run_dir``; without one it is refused with
   one line instead of silently starting over.
 * The resolved config is written to ``run_dir/config.yaml`` (atomically), so ``agentr1-core eval RUN_DIR`` and
@@ -46,7 +46,7 @@ def clear_previous_run(run_dir: str | os.PathLike) -> list[str]:
     path = Path(run_dir)
     removed = []
     for name in run_entries(path):
-        if name in RUN_FILES or (name.startswith("eval_") and name.endswith(".json")):
+        if name in RUN_FILES or (name.startswith("eval_") and name.endswith((".json", ".episodes.jsonl"))):
             target = path / name
             shutil.rmtree(target) if target.is_dir() and not target.is_symlink() else target.unlink()
             removed.append(name)

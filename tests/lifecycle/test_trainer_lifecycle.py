@@ -93,4 +93,7 @@ def test_lora_run_checkpoint_export_and_eval(tmp_path, tiny_run_config, tiny_mod
     for source in report["by_source"].values():
         assert {"reward_mean", "success_rate", "cases", "num_steps"} <= set(source)
     assert "[eval] success" in capsys.readouterr().out
+    episodes = [json.loads(e) for e in (tmp_path / "eval.episodes.jsonl").read_text().splitlines()]
+    assert len(episodes) == report["cases"]
+    assert sum(e["reward"] for e in episodes) / len(episodes) == pytest.approx(report["reward_mean"])
     assert main(["eval", str(config), f"run_dir={tmp_path / 'empty'}", "--checkpoint", "latest"]) == 2
