@@ -2,7 +2,7 @@
 
 ``fetch(source, target)`` copies one file from an ``http(s)://`` or ``file://`` URL or a local path to ``target``,
 through a temporary file renamed into place (an interrupted download never leaves a half-written file), and checks
-its SHA-256 when one is given. ``add_source_args`` / ``sources_from_args`` give every ``prepare`` command the same
+its SHA-256 when one is given. ``add_prepare_command`` / ``sources_from_args`` give every ``prepare`` command the same
 ``--out`` and ``--source NAME=URL_OR_PATH`` options, so that a mirror or an already-downloaded file can stand in for
 an original release URL. Nothing here runs at training time: installed recipes read shipped samples or the folder the
 user points at.
@@ -18,6 +18,7 @@ import tempfile
 import urllib.parse
 import urllib.request
 from pathlib import Path
+from typing import Any, Callable
 
 from agentr1_core.plugins import PluginError
 
@@ -67,6 +68,15 @@ def add_source_args(parser: argparse.ArgumentParser, sources: dict[str, str], ou
     parser.add_argument("--source", action="append", default=[], metavar="NAME=URL_OR_PATH",
                         help=f"use another URL or a local file for one input; inputs: {names}")
     parser.add_argument("--quiet", action="store_true", help="no per-file messages")
+
+
+def add_prepare_command(subparsers: Any, help: str, sources: dict[str, str], out_help: str,
+                        func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
+    """The ``prepare`` sub-command of a recipe's command group: ``--out``, ``--source`` and ``--quiet``."""
+    parser = subparsers.add_parser("prepare", help=help)
+    add_source_args(parser, sources, out_help)
+    parser.set_defaults(func=func)
+    return parser
 
 
 def sources_from_args(args: argparse.Namespace, sources: dict[str, str]) -> dict[str, str]:

@@ -12,7 +12,7 @@ import argparse
 from collections import Counter
 from pathlib import Path
 
-from agentr1_core.fetch import FetchError, add_source_args, fetch, remove, sources_from_args, unpack_zip
+from agentr1_core.fetch import FetchError, add_prepare_command, fetch, remove, sources_from_args, unpack_zip
 
 from agentr1_env_alfworld.datasets import GAME_FILE
 
@@ -49,6 +49,5 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 def register(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="alfworld_command", metavar="ACTION", required=True)
-    p = sub.add_parser("prepare", help="fetch and unpack the full ALFWorld text games")
-    add_source_args(p, SOURCES, "folder to unpack the games into (then: export ALFWORLD_DATA=DIR)")
-    p.set_defaults(func=cmd_prepare)
+    add_prepare_command(sub, "fetch and unpack the full ALFWorld text games", SOURCES,
+                        "folder to unpack the games into (then: export ALFWORLD_DATA=DIR)", cmd_prepare)

@@ -34,7 +34,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from agentr1_core.fetch import FetchError, add_source_args, fetch, sources_from_args
+from agentr1_core.fetch import FetchError, add_prepare_command, fetch, sources_from_args
 
 _DRIVE = "https://drive.usercontent.google.com/download?export=download&confirm=t&id="
 SOURCES = {  # the Google Drive files of WebShop's setup.sh (small setting)
@@ -216,7 +216,6 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 def register(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="webshop_command", metavar="ACTION", required=True)
-    p = sub.add_parser("prepare", help="fetch WebShop's 1000-product files and derive prices and goals")
-    add_source_args(p, SOURCES, "folder for the processed files (then: export WEBSHOP_DATA=DIR)")
+    p = add_prepare_command(sub, "fetch WebShop's 1000-product files and derive prices and goals", SOURCES,
+                            "folder for the processed files (then: export WEBSHOP_DATA=DIR)", cmd_prepare)
     p.add_argument("--seed", type=int, default=0, help="seed of the price and price-cap draws (default 0)")
-    p.set_defaults(func=cmd_prepare)

@@ -13,7 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
-from agentr1_core.fetch import FetchError, add_source_args, fetch, sources_from_args
+from agentr1_core.fetch import FetchError, add_prepare_command, fetch, sources_from_args
 
 SOURCES = {
     "train": "http://curtis.ml.cmu.edu/datasets/hotpot/hotpot_train_v1.1.json",
@@ -60,6 +60,5 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 
 def register_prepare(sub) -> None:
-    p = sub.add_parser("prepare", help="fetch the full HotpotQA data and write its search corpus")
-    add_source_args(p, SOURCES, "folder for the HotpotQA files and the corpus")
-    p.set_defaults(func=cmd_prepare)
+    add_prepare_command(sub, "fetch the full HotpotQA data and write its search corpus", SOURCES,
+                        "folder for the HotpotQA files and the corpus", cmd_prepare)
