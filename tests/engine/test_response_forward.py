@@ -1,6 +1,7 @@
 """The response-only forward (``trainers.forward.response_forward``) against the computation it replaced, which ran
 the vocabulary projection and log-softmax over every kept position of every row: same log-probs, entropy, values and
-gradients on one batch with very different response lengths, at two temperatures."""
+gradients on one batch with very different response lengths, at two temperatures, with the head in one chunk and in
+chunks of a few positions (checkpointed)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import torch.nn.functional as F
 
 from agentr1_core.trainers.batching import ModelInputs, collate, trajectories_to_rows
 from agentr1_core.mdp import Step, Trajectory
+from agentr1_core.trainers import forward
 from agentr1_core.trainers.forward import output_layer, response_forward
 
 
@@ -49,8 +51,9 @@ def _all_positions_forward(model, inputs: ModelInputs, width: int, temperature: 
     return logprobs, entropy, value_head(state.float()).squeeze(-1)
 
 
-@pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_response_positions_only_equal_all_positions(tiny, smol_tokenizer, temperature):
+@pytest.mark.parametrize("temperature,chunk", [(1.0, 512), (0.7, 512), (0.7, 5)])
+def test_response_positions_only_equal_all_positions(tiny, smol_tokenizer, temperature, chunk, monkeypatch):
+    monkeypatch.setattr(forward, "HEAD_CHUNK_TOKENS", chunk)
     g = torch.Generator().manual_seed(1)
     vocab = len(smol_tokenizer)
     trajs = []
@@ -85,7 +88,11 @@ def test_response_positions_only_equal_all_positions(tiny, smol_tokenizer, tempe
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
 
 
-def test_only_response_positions_reach_the_output_layer(tiny, smol_tokenizer):
+@pytest.mark.parametrize("grad", [False, True])
+def test_only_response_positions_reach_the_output_layer(tiny, smol_tokenizer, grad, monkeypatch):
+    """The model's own head call gets no position; the head then sees the 7 response positions, 3 at a time (and
+    again in the backward pass when training: the chunks are checkpointed)."""
+    monkeypatch.setattr(forward, "HEAD_CHUNK_TOKENS", 3)
     rows = trajectories_to_rows([Trajectory(steps=[Step(prompt_ids=[10, 11, 12, 13], response_ids=[14, 15],
                                                         response_logprobs=[0.0, 0.0])], uid="a", group_id="g"),
                                  Trajectory(steps=[Step(prompt_ids=[10], response_ids=[16, 17, 18, 19, 20],
@@ -93,8 +100,46 @@ def test_only_response_positions_reach_the_output_layer(tiny, smol_tokenizer):
     seen = []
     handle = output_layer(tiny).register_forward_hook(lambda _m, _a, out: seen.append(tuple(out.shape)))
     try:
-        with torch.no_grad():
-            response_forward(tiny, collate(rows, smol_tokenizer.pad_token_id), 5)
+        with torch.set_grad_enabled(grad):
+            out = response_forward(tiny, collate(rows, smol_tokenizer.pad_token_id), 5)
+            if grad:
+                out.logprobs.sum().backward()
+                tiny.zero_grad(set_to_none=True)
     finally:
         handle.remove()
-    assert seen == [(1, 2 + 5, len(smol_tokenizer))]
+    vocab = len(smol_tokenizer)
+    chunks = [(3, vocab), (3, vocab), (1, vocab)]
+    assert seen == [(2, 0, vocab)] + chunks + (chunks[::-1] if grad else [])  # backward recomputes in reverse
+
+
+def _tiny_with_logit_transform(kind: str, vocab: int):
+    torch.manual_seed(0)
+    common = dict(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=512, head_dim=8)
+    if kind == "gemma2-softcap":
+        from transformers import Gemma2Config, Gemma2ForCausalLM
+
+        return Gemma2ForCausalLM(Gemma2Config(**common, final_logit_softcapping=2.0)).eval()
+    from transformers import CohereConfig, CohereForCausalLM
+
+    return CohereForCausalLM(CohereConfig(**common, logit_scale=0.25)).eval()
+
+
+@pytest.mark.parametrize("kind", ["gemma2-softcap", "cohere-scale"])
+def test_logits_transformed_after_the_head_are_matched(smol_tokenizer, kind):
+    """Architectures that change the head's output (soft-capping, scaling) get the log-probs of their own logits."""
+    vocab = 512
+    model = _tiny_with_logit_transform(kind, vocab)
+    g = torch.Generator().manual_seed(3)
+    steps = [Step(prompt_ids=torch.randint(1, vocab, (p,), generator=g).tolist(),
+                  response_ids=torch.randint(1, vocab, (r,), generator=g).tolist(), response_logprobs=[0.0] * r)
+             for p, r in [(7, 3), (4, 6)]]
+    rows = trajectories_to_rows([Trajectory(steps=[s], uid=str(i), group_id="g") for i, s in enumerate(steps)]).rows
+    seqs = [r.prompt_ids + r.response_ids for r in rows]
+    with torch.no_grad():
+        got = response_forward(model, collate(rows, 0), 6).logprobs
+        for i, (seq, r) in enumerate(zip(seqs, rows)):
+            logits = model(input_ids=torch.tensor([seq])).logits[0].float()
+            n = len(r.response_ids)
+            want = F.log_softmax(logits[-n - 1:-1], dim=-1).gather(1, torch.tensor(r.response_ids)[:, None])[:, 0]
+            torch.testing.assert_close(got[i, :n], want, atol=1e-5, rtol=1e-5)
