@@ -27,7 +27,8 @@ state dict is passed (then it is copied in place). Sequences already decoding ke
 weights. Generate only while no optimizer step is running, and keep the model free of gradient checkpointing in
 train mode during generation (transformers then disables the KV cache).
 
-Memory. The running batch's key/value buffers are sized for ``max_batch_size`` rows and the longest row; after
+Memory. The running batch's key/value buffers have row slots for the requests in flight when they are allocated
+(running + waiting, at most ``max_batch_size``; doubled when more join) and columns for the longest row; after
 ``IDLE_RELEASE_SECONDS`` without work (between rollouts, while the trainer updates) they are freed, and the next
 prefill allocates them again. The prefix store keeps at most ``prefix_cache_mb``.
 
@@ -124,7 +125,7 @@ class TransformersEngine:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self.stats = {"decode_steps": 0, "prefills": 0, "generated_tokens": 0, "max_running": 0,
-                      "prompt_tokens": 0, "prefix_reused_tokens": 0, "repacks": 0}
+                      "prompt_tokens": 0, "prefix_reused_tokens": 0, "repacks": 0, "max_row_slots": 0}
 
     @classmethod
     def from_config(cls, path: str, dtype: str = "float32", device: str = "cpu", cache_dir: str | None = None,
@@ -328,7 +329,9 @@ class TransformersEngine:
                     self._store.insert(req.prompt, *new_kv.row_kv(i))
         start = len(self._running)
         self._running.extend(batch)
+        self._kv.expected_rows = len(self._running) + len(self._pending)
         self._kv.add(new_kv)
+        self.stats["max_row_slots"] = max(self.stats["max_row_slots"], self._kv.row_slots)
         self._sample_and_retire(logits, start)
 
     def _init_row(self, req: _Request) -> None:

@@ -54,7 +54,7 @@ class BufferLayer(DynamicLayer):
 
     def reserve(self, rows: int, columns: int, row_capacity: int = 0) -> None:
         """Make room for ``rows`` x ``columns`` (keeping the current content); columns grow by 1.5x plus headroom,
-        rows to at least ``row_capacity``."""
+        rows to ``row_capacity`` slots (at least ``rows``)."""
         if self.kbuf is None or (rows <= self.kbuf.shape[0] and columns <= self.kbuf.shape[2]):
             return
         b_cap = max(rows, row_capacity, self.kbuf.shape[0])
@@ -92,7 +92,8 @@ class BatchKV:
 
     def __init__(self, num_layers: int, row_capacity: int = 0) -> None:
         self.layers = [BufferLayer() for _ in range(num_layers)]
-        self.row_capacity = row_capacity  # rows allocated up front, so that joining rows never regrow the buffers
+        self.row_capacity = row_capacity  # the most rows the batch will hold (0: no limit)
+        self.expected_rows = 0  # rows the caller expects soon (running + waiting requests): allocated in one go
         self.cache = Cache(layers=self.layers)
         self._mask: torch.Tensor | None = None  # [row capacity, column capacity]
         self.rows = 0
@@ -116,11 +117,21 @@ class BatchKV:
     def length(self) -> int:
         return self.columns
 
+    def rows_to_allocate(self, rows: int, current: int = 0) -> int:
+        """Row slots for a buffer that must hold ``rows``: at least ``rows``, else the expected rows or twice the
+        current slots (so that rows joining one by one regrow rarely), never past ``row_capacity``."""
+        if rows <= current:
+            return current
+        want = max(self.expected_rows, 2 * current)
+        if self.row_capacity:
+            want = min(want, self.row_capacity)
+        return max(rows, want)
+
     def _reserve_mask(self, rows: int, columns: int) -> None:
         m = self._mask
         if m is not None and rows <= m.shape[0] and columns <= m.shape[1]:
             return
-        r_cap = max(rows, self.row_capacity, 0 if m is None else m.shape[0])
+        r_cap = self.rows_to_allocate(rows, 0 if m is None else m.shape[0])
         c_cap = columns + max(HEADROOM, columns // 2)
         new = torch.zeros((r_cap, c_cap), dtype=torch.long)
         if m is not None:
@@ -147,6 +158,12 @@ class BatchKV:
             layer.kbuf = layer.vbuf = None
             layer.expose()
         self._mask = None
+
+    @property
+    def row_slots(self) -> int:
+        """Rows the key/value buffers have room for now (0 when released)."""
+        buf = self.layers[0].kbuf if self.layers else None
+        return 0 if buf is None else int(buf.shape[0])
 
     @property
     def allocated_bytes(self) -> int:
@@ -211,10 +228,10 @@ class BatchKV:
         for mine, theirs in zip(self.layers, other.layers):
             if mine.kbuf is None:
                 _, h, _, d = theirs.kbuf.shape
-                shape = (max(m, self.row_capacity), h, target + HEADROOM)
+                shape = (self.rows_to_allocate(m), h, target + HEADROOM)
                 mine.kbuf = theirs.kbuf.new_zeros(shape + (d,))
                 mine.vbuf = theirs.vbuf.new_zeros(shape + (theirs.vbuf.shape[-1],))
-            mine.reserve(n + m, target, self.row_capacity)
+            mine.reserve(n + m, target, self.rows_to_allocate(n + m, mine.kbuf.shape[0]))
             mine.kbuf[n: n + m, :, offset: target] = theirs.kbuf[:, :, : theirs.length]
             mine.vbuf[n: n + m, :, offset: target] = theirs.vbuf[:, :, : theirs.length]
             mine.rows, mine.length = n + m, target

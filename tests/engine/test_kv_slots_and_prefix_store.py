@@ -32,9 +32,10 @@ def _row_tokens(kv: BatchKV, row: int, layer: int = 1) -> list[float]:
 
 def test_rows_leave_and_join_in_place_and_keep_their_tokens():
     running = BatchKV(num_layers=2, row_capacity=8)
+    running.expected_rows = 4  # the caller has a fourth request waiting: its slot is allocated with the first three
     running.add(_prefilled([2, 5, 3], offset=0.0))
     buffer = running.layers[0].kbuf
-    assert buffer.shape[0] == 8 and running.batch_size == 3 and running.length == 5
+    assert buffer.shape[0] == 4 and running.batch_size == 3 and running.length == 5
     order = running.remove([0])  # the last row moves into the freed slot
     assert order == [2, 1]
     assert _row_tokens(running, 0) == [200.0, 201.0, 202.0] and _row_tokens(running, 1) == [100.0 + t for t in range(5)]
@@ -103,3 +104,17 @@ def test_prefix_store_finds_the_longest_exact_prefix_and_evicts_lru():
     assert entry.tokens == a and m == 2 * BLOCK + 3
     store.clear()
     assert store.lookup(a) == (None, 0)
+
+
+def test_row_slots_follow_demand_and_stop_at_the_capacity():
+    """Slots for the rows expected (not the engine's maximum batch) up front; rows joining past them double the
+    slots, never beyond ``row_capacity``; the content survives every regrowth."""
+    running = BatchKV(num_layers=2, row_capacity=8)
+    running.add(_prefilled([2, 3, 4], offset=0.0))
+    assert running.layers[0].kbuf.shape[0] == 3 and running._mask.shape[0] == 3
+    running.add(_prefilled([2, 2], offset=1000.0))  # 5 rows: twice the 3 slots
+    assert [layer.kbuf.shape[0] for layer in running.layers] == [6, 6] and running._mask.shape[0] == 6
+    running.add(_prefilled([1, 1, 1], offset=2000.0))  # 8 rows: 12 would pass the capacity
+    assert running.layers[0].kbuf.shape[0] == 8 and running.batch_size == 8
+    assert _row_tokens(running, 1) == [100.0, 101.0, 102.0]
+    assert _row_tokens(running, 4) == [1100.0, 1101.0] and _row_tokens(running, 7) == [2200.0]

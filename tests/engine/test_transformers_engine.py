@@ -173,3 +173,15 @@ def test_idle_engine_frees_its_kv_buffers_and_generates_the_same_after(engine, p
     engine._store.clear()
     again = asyncio.run(_gather(engine, prompts, greedy))
     assert [g.token_ids for g in again] == [g.token_ids for g in first]
+
+
+def test_kv_row_slots_follow_the_requests_in_flight(smol_model_and_tokenizer, prompts):
+    """Three requests at once get three row slots, not the engine's ``max_batch_size`` (16)."""
+    model, tokenizer = smol_model_and_tokenizer
+    eng = TransformersEngine(model, tokenizer, max_batch_size=16, max_context=512)
+    try:
+        gens = asyncio.run(_gather(eng, prompts, SamplingParams(temperature=0, max_new_tokens=4)))
+    finally:
+        eng.close()
+    assert all(len(g.token_ids) == 4 for g in gens)
+    assert eng.stats["max_running"] == 3 and eng.stats["max_row_slots"] == 3
