@@ -60,6 +60,7 @@ class RolloutConfig:
 @dataclass
 class ValidationConfig:
     every: int = 5  # iterations between validations (0: only before and after training)
+    before: bool = True  # validate the untrained model first (false skips it: same greedy baseline on every seed)
     max_rows: int = 64
     n: int = 1
     temperature: float = 0.0  # 0 = greedy

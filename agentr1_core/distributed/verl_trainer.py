@@ -377,7 +377,7 @@ class VerlTrainer:
             print(f"[setup] verl on {self.device} (workers started in {self.workers_start_seconds:.1f}s"
                   f"{trained}); model {self.model_path}; {len(self.train_rows)} train rows, {len(self.val_rows)} validation rows; "
                   f"stages {self.stages}", flush=True)
-            if self.iteration == 0 and self.resumed_from is None:
+            if self.iteration == 0 and self.resumed_from is None and self.cfg.validation.before:
                 self.validate("before_sft" if "sft" in self.stages else "before_rl")
             if "sft" in self.stages and "sft" not in self.history:
                 self.run_sft()

@@ -302,7 +302,7 @@ class LocalTrainer:
         trajs, seconds = self.rollout(self.val_rows, int(self.cfg.validation.n), self.val_sampling,
                                       desc=f"validate ({label})", prefix=f"val-{label}-")
         result = validation_metrics(trajs)
-        result.update(label=label, seconds=seconds, iteration=self.iteration)
+        result.update(label=label, seconds=seconds, iteration=self.iteration, peak_rss_mb=peak_rss_mb())
         report_episode_errors(self, trajs, f"validation {label}", result)
         self.history.setdefault("validation", {})[label] = result
         self.writer.write({"event": "validation", **result})
@@ -332,7 +332,7 @@ class LocalTrainer:
         self.engine.sync_weights()
         expert = rollout_metrics(trajs, seconds)
         record = {"event": "sft", "expert_episodes": len(trajs), "expert_success_rate": expert["success_rate"],
-                  "sft_steps": len(steps.rows), **metrics}
+                  "sft_steps": len(steps.rows), **metrics, "peak_rss_mb": peak_rss_mb()}
         self.writer.write(record)
         print(f"[sft] {len(trajs)} expert episodes (success {expert['success_rate']:.2f}), {len(steps.rows)} steps, "
               f"{metrics['optimizer_steps']} updates, nll {metrics.get('sft_nll', float('nan')):.3f}, "
@@ -413,7 +413,7 @@ class LocalTrainer:
         print(f"[setup] model {self.cfg.model.path} on {self.device} ({self.trainable_params / 1e6:.1f}M trainable "
               f"params, loaded in {self.model_load_seconds:.1f}s); {len(self.train_rows)} train rows, "
               f"{len(self.val_rows)} validation rows; stages {stages}", flush=True)
-        if self.iteration == 0:
+        if self.iteration == 0 and self.cfg.validation.before:
             self.validate("before_sft" if "sft" in stages else "before_rl")
         if "sft" in stages and "sft" not in self.history:
             self.run_sft()

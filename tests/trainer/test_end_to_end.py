@@ -52,3 +52,13 @@ def test_tiny_run_trains_end_to_end(tmp_path, capsys):
     assert summary["iterations"] == 1 and summary["seed"] == 3
     out = capsys.readouterr().out
     assert "it 1/1 | reward" in out and "[done]" in out
+
+
+@pytest.mark.slow
+def test_validation_before_training_can_be_skipped_and_phases_record_peak_memory(tmp_path):
+    run_dir = tmp_path / "run"
+    assert main(["run", "tiny", f"run_dir={run_dir}", "stages=[sft]", "validation.before=false"]) == 0
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["label"] for r in records if r.get("event") == "validation"] == ["after_sft"]
+    phases = [r for r in records if r.get("event") in ("sft", "validation")]
+    assert len(phases) == 2 and all(r["peak_rss_mb"] > 100 for r in phases)  # the model alone is > 500 MiB
