@@ -15,6 +15,10 @@ One command: ``python bench/bench_peer_update.py``.
   figure; so that a busy moment on a shared machine does not decide the ratio alone, the rows are then updated
   again one micro-batch per optimizer step and the best micro-batch is reported too.
 
+``--profile`` then runs one more update of all rows under ``torch.profiler`` and records where its CPU time went:
+the share of matrix products (``mm``/``addmm``/``bmm``, attention kernels and their backward) and the top operators
+by self time, so that what is not a matmul can be found and removed.
+
 Writes ``bench/results/peer_update.json``.
 """
 
@@ -44,12 +48,38 @@ def matmul_peak(sizes: list[int], reps: int) -> dict:
     return {"gflops_by_size": {str(k): round(v, 1) for k, v in best.items()}, "gflops": round(max(best.values()), 1)}
 
 
+MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::linear", "aten::matmul")
+
+
+def is_matmul(name: str) -> bool:
+    return name in MATMUL_OPS or "scaled_dot_product" in name or "flash_attention" in name
+
+
+def profile_update(run) -> dict:
+    """Self CPU time by operator over one ``run()``: matmul share and the top 15 operators."""
+    from torch.profiler import ProfilerActivity, profile
+
+    t0 = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        run()
+    wall = time.perf_counter() - t0
+    ops = [(e.key, e.self_cpu_time_total / 1e6, e.count) for e in prof.key_averages()]
+    total = sum(t for _, t, _ in ops) or 1.0
+    matmul = sum(t for k, t, _ in ops if is_matmul(k))
+    top = sorted(ops, key=lambda x: -x[1])[:15]
+    return {"wall_seconds_profiled": round(wall, 2), "self_cpu_seconds": round(total, 2),
+            "matmul_share": round(matmul / total, 3),
+            "top_ops": [{"op": k, "self_seconds": round(t, 3), "share": round(t / total, 3), "calls": c}
+                        for k, t, c in top]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=12)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--sizes", default="1024,2048,3072")
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--profile", action="store_true", help="profile one more update (operator self times)")
     args = parser.parse_args()
 
     import torch
@@ -91,6 +121,7 @@ def main() -> None:
         # the same rows again, one optimizer step per micro-batch: a best-of figure, like the matmul peak's
         chunks = [update(steps[i:i + mb]) for i in range(0, len(steps) - mb + 1, mb)]
         peak_after = matmul_peak(sizes, args.reps)
+        profiled = profile_update(lambda: update(steps)) if args.profile else None
     finally:
         trainer.close()
     model = trainer.policy.model
@@ -118,6 +149,11 @@ def main() -> None:
         "load_avg_1m_before_update": load_before, "load_avg_end": load_avg(),
         "optimizer_steps": metrics["optimizer_steps"],
     })
+    if profiled is not None:
+        result["profile"] = profiled
+        print_table(["op (self CPU time)", "seconds", "share", "calls"],
+                    [[o["op"], o["self_seconds"], o["share"], o["calls"]] for o in profiled["top_ops"]])
+        print(f"matrix products: {profiled['matmul_share']:.1%} of the update's self CPU time")
     print_table(["update tok/s", "tokens", "matmul peak GFLOP/s", "6N GFLOP/s", "of peak", "6N(non-emb) of peak",
                  "best micro-batch of peak", "load"],
                 [[result["update_tok_s"], tokens, peak, result["achieved_gflops_6N"], result["fraction_of_peak_6N"],

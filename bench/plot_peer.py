@@ -35,7 +35,7 @@ def main() -> None:
         d = data[key]
         if key == "rollout":
             rows = {k: v for k, v in d["results"].items() if "tokens_per_s" in v}
-            ax.bar(list(rows), [v["tokens_per_s"] for v in rows.values()], color="tab:blue")
+            ax.bar([k.replace("_", "\n") for k in rows], [v["tokens_per_s"] for v in rows.values()], color="tab:blue")
             ax.set_title("multi-turn rollout", fontsize=9)
             ax.set_ylabel("generated tok/s")
         elif key == "scaling":
