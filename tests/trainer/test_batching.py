@@ -118,24 +118,31 @@ def test_response_forward_matches_a_plain_forward_per_row(tiny_model, smol_token
 
 
 def test_prompt_tokens_get_no_gradient_through_the_loss(tiny_model, smol_tokenizer):
-    """The loss reads response positions only: changing a prompt token changes the loss only through context,
-    and the gradient w.r.t. the logits at prompt positions is exactly zero."""
+    """The loss reads response positions only: the gradient w.r.t. the final hidden states (the head's input) is
+    exactly zero at prompt positions and at the last position, and non-zero at the two positions that predict the
+    response tokens; the head itself is only ever given those two positions."""
     rows = trajectories_to_rows([_traj("a", "g", [([10, 11, 12, 13], [14, 15])])]).rows
     inputs = collate(rows, smol_tokenizer.pad_token_id)
     captured = {}
+    head_rows = []
 
-    def keep_logits(_m, _args, output):
-        output.retain_grad()
-        captured["logits"] = output
+    def keep_hidden(_m, args):
+        if "hidden" not in captured:  # the model's own call: [B, keep, H] (later calls are the chunks)
+            args[0].retain_grad()
+            captured["hidden"] = args[0]
+        else:
+            head_rows.append(args[0].shape[0])
 
-    handle = tiny_model.get_output_embeddings().register_forward_hook(keep_logits)
+    head = tiny_model.get_output_embeddings()
+    handle = head.register_forward_pre_hook(keep_hidden)
     try:
-        inputs.keep = inputs.input_ids.shape[1]  # compute logits everywhere to look at prompt positions
+        inputs.keep = inputs.input_ids.shape[1]  # keep every position, to look at the prompt positions too
         out = response_forward(tiny_model, inputs, 2)
         (-out.logprobs.sum()).backward()
     finally:
         handle.remove()
         tiny_model.zero_grad(set_to_none=True)
-    grad = captured["logits"].grad[0]  # [N, V]: only the positions that predict response tokens reach the head
-    assert grad.shape[0] == 2  # positions 0..2 (prompt) and 5 (predicts nothing) are never projected
-    assert grad[0].abs().sum() > 0 and grad[1].abs().sum() > 0  # they predict the two response tokens
+    grad = captured["hidden"].grad[0]  # [6, H]: the six tokens 10..15
+    touched = (grad.abs().sum(-1) > 0).tolist()
+    assert touched == [False, False, False, True, True, False]  # 13 predicts 14, 14 predicts 15
+    assert head_rows == [2, 2]  # the forward chunk and its recomputation in the backward pass
