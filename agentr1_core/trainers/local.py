@@ -114,7 +114,8 @@ class LocalTrainer:
         if self._setup_done:
             return
         cfg = self.cfg
-        if int(cfg.trainer.threads) > 0:
+        if int(cfg.trainer.threads) > 0:  # process-wide in torch: ``close`` gives the caller's count back
+            self._threads_before = torch.get_num_threads()
             torch.set_num_threads(int(cfg.trainer.threads))
         seed_everything(int(cfg.seed))
         self.run_dir = Path(cfg.run_dir)
@@ -447,6 +448,10 @@ class LocalTrainer:
         loop = getattr(self, "loop", None)
         if loop is not None and not loop.is_closed():
             loop.close()
+        threads = getattr(self, "_threads_before", None)
+        if threads is not None:
+            torch.set_num_threads(threads)
+            self._threads_before = None
 
     # -- state ------------------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """The trainer's side of the run lifecycle: preflight of the run directory (exit code 2 from the CLI, before any
-model loads), a LoRA run whose final checkpoint exports to a plain Hugging Face folder, and ``agentr1-core eval`` on
+model loads), the thread count given back on close, a LoRA run whose final checkpoint exports to a plain Hugging Face folder, and ``agentr1-core eval`` on
 that checkpoint with per-source metrics in JSON."""
 
 from __future__ import annotations
@@ -30,6 +30,25 @@ def test_full_disk_fails_before_training(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert "GiB free; checkpoints need at least" in err and "trainer.min_free_gb" in err
     assert not (run_dir / "metrics.jsonl").exists()
+
+
+def test_trainer_gives_the_thread_count_back_on_close(tiny_run_config):
+    """``trainer.threads`` sets torch's process-wide thread count for the run only: a notebook or test process
+    keeps its own count after the trainer closes."""
+    from agentr1_core.config import load_config
+    from agentr1_core.plugins import configure_registry
+    from agentr1_core.trainers.local import LocalTrainer
+
+    before = torch.get_num_threads()
+    wanted = 1 if before != 1 else 2
+    cfg = load_config(str(tiny_run_config()), [f"trainer.threads={wanted}"])
+    trainer = LocalTrainer(cfg, configure_registry())
+    try:
+        trainer.setup()
+        assert torch.get_num_threads() == wanted
+    finally:
+        trainer.close()
+    assert torch.get_num_threads() == before
 
 
 @pytest.mark.slow
