@@ -16,7 +16,9 @@ ways; only the thing that generates changes:
 The model is SmolLM2-135M-Instruct after the default run's SFT warm start (``common.warm_model_dir``), so that the
 episodes really are multi-turn (tool call, tool result, answer). Decoding is greedy for all methods, so they
 produce (nearly) the same episodes and the token counts are comparable; tokens/s counts generated (action) tokens.
-Methods run back to back in one process (vLLM in its own); the load average before each is recorded.
+Methods run back to back in one process (vLLM in its own); the load average before each is recorded, and for our
+engine the worker's time in admission + prefill and in decode steps. ``--profile`` runs the engine once more under
+``torch.profiler`` and records its operator self times.
 Writes ``bench/results/peer_rollout.json``.
 """
 
@@ -33,7 +35,7 @@ from pathlib import Path
 
 from common import (
     GenerateLoopEngine, ROOT, TurnBatchEngine, default_config, episode_stats, load_avg, machine_info, make_trl_grpo,
-    package_version, print_table, quiet, rollout_with, task_rows, warm_model_dir, write_result,
+    package_version, print_table, profile_ops, quiet, rollout_with, task_rows, warm_model_dir, write_result,
 )
 
 VLLM_PYTHON = "/tmp/vllmvenv/bin/python"
@@ -69,6 +71,10 @@ def run_method(name: str, model, tokenizer, rows, sampling, cfg, n: int = 1) -> 
            "load_avg_1m_before": load_before, **stats}
     if prefix:
         out["prefix_hit_rate"] = round(prefix["prefix_hit_rate"], 4)
+    stats = getattr(engine, "stats", None)
+    if isinstance(stats, dict) and "decode_seconds" in stats:  # where the engine's time went
+        out.update(prefill_seconds=round(stats["prefill_seconds"], 2), decode_seconds=round(stats["decode_seconds"], 2),
+                   decode_steps=stats["decode_steps"], prefills=stats["prefills"])
     if isinstance(engine, TurnBatchEngine):
         out["turn_batches"] = engine.batches
     return out
@@ -125,6 +131,8 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=1, help="samples per row (a GRPO group shares its prompt)")
     parser.add_argument("--out", default=None, help="result name (default: this benchmark's)")
     parser.add_argument("--methods", default="engine,engine_no_prefix,plain_loop,trl,vllm")
+    parser.add_argument("--profile", action="store_true",
+                        help="run the engine once more under torch.profiler (operator self times)")
     parser.add_argument("--vllm-python", default=VLLM_PYTHON)
     parser.add_argument("--vllm-timeout", type=int, default=900)
     parser.add_argument("--child-vllm", action="store_true", help=argparse.SUPPRESS)
@@ -160,6 +168,12 @@ def main() -> None:
         result["results"][name] = row
         print(f"[{name}] {json.dumps({k: v for k, v in row.items() if k != 'turn_batches'})}", flush=True)
         write_result(args.out or "peer_rollout", result)
+    if args.profile:
+        profiled = profile_ops(lambda: run_method("engine", model, tokenizer, rows, sampling, cfg, args.n))
+        result["engine_profile"] = profiled
+        print_table(["operator", "self s", "share", "calls"],
+                    [[o["op"], o["self_seconds"], o["share"], o["calls"]] for o in profiled["top_ops"]])
+        print(f"matrix products: {profiled['matmul_share']:.1%} of the engine's profiled self CPU time")
     base = result["results"].get("plain_loop", {}).get("tokens_per_s")
     table = []
     for name, row in result["results"].items():

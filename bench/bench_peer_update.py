@@ -29,7 +29,9 @@ import sys
 import time
 from pathlib import Path
 
-from common import default_config, load_avg, machine_info, make_trainer, print_table, quiet, task_rows, write_result
+from common import (
+    default_config, load_avg, machine_info, make_trainer, print_table, profile_ops, quiet, task_rows, write_result,
+)
 
 
 def matmul_peak(sizes: list[int], reps: int) -> dict:
@@ -46,31 +48,6 @@ def matmul_peak(sizes: list[int], reps: int) -> dict:
             times.append(time.perf_counter() - t0)
         best[n] = 2 * n**3 / min(times) / 1e9
     return {"gflops_by_size": {str(k): round(v, 1) for k, v in best.items()}, "gflops": round(max(best.values()), 1)}
-
-
-MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::linear", "aten::matmul")
-
-
-def is_matmul(name: str) -> bool:
-    return name in MATMUL_OPS or "scaled_dot_product" in name or "flash_attention" in name
-
-
-def profile_update(run) -> dict:
-    """Self CPU time by operator over one ``run()``: matmul share and the top 15 operators."""
-    from torch.profiler import ProfilerActivity, profile
-
-    t0 = time.perf_counter()
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        run()
-    wall = time.perf_counter() - t0
-    ops = [(e.key, e.self_cpu_time_total / 1e6, e.count) for e in prof.key_averages()]
-    total = sum(t for _, t, _ in ops) or 1.0
-    matmul = sum(t for k, t, _ in ops if is_matmul(k))
-    top = sorted(ops, key=lambda x: -x[1])[:15]
-    return {"wall_seconds_profiled": round(wall, 2), "self_cpu_seconds": round(total, 2),
-            "matmul_share": round(matmul / total, 3),
-            "top_ops": [{"op": k, "self_seconds": round(t, 3), "share": round(t / total, 3), "calls": c}
-                        for k, t, c in top]}
 
 
 def main() -> None:
@@ -121,7 +98,7 @@ def main() -> None:
         # the same rows again, one optimizer step per micro-batch: a best-of figure, like the matmul peak's
         chunks = [update(steps[i:i + mb]) for i in range(0, len(steps) - mb + 1, mb)]
         peak_after = matmul_peak(sizes, args.reps)
-        profiled = profile_update(lambda: update(steps)) if args.profile else None
+        profiled = profile_ops(lambda: update(steps)) if args.profile else None
     finally:
         trainer.close()
     model = trainer.policy.model

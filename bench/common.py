@@ -4,7 +4,8 @@ the default task's config and trainer, a warm-started copy of the default model,
 The warm start matters: SmolLM2-135M-Instruct never emits a tool call before the SFT warm start of the default run,
 so its episodes would all be one turn. ``warm_model_dir`` runs that warm start once (the default config's ``sft``
 stage, with ``rows``/``epochs`` raised so that most greedy episodes call the calculator and then answer) and caches
-the weights as a plain Hugging Face folder that every benchmark, vLLM included, can load.
+the weights as a plain Hugging Face folder that every benchmark, vLLM included, can load. ``profile_ops`` gives the
+operator self times of one call under ``torch.profiler``.
 
 Nothing here times anything by itself or asserts anything.
 """
@@ -177,6 +178,33 @@ def run_json_subprocess(args: Sequence[str], timeout: float = 1800, python: str 
             out["max_rss_mib_time_v"] = round(int(line.split(":")[1]) / 1024, 1)
     out["process_wall_s"] = round(wall, 2)
     return out
+
+
+# -- operator profile ---------------------------------------------------------------------------------------------------
+
+MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::linear", "aten::matmul")
+
+
+def is_matmul(name: str) -> bool:
+    return name in MATMUL_OPS or "scaled_dot_product" in name or "flash_attention" in name
+
+
+def profile_ops(run) -> dict:
+    """Self CPU time by operator over one ``run()`` (``torch.profiler``): matmul share and the top 15 operators."""
+    from torch.profiler import ProfilerActivity, profile
+
+    t0 = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        run()
+    wall = time.perf_counter() - t0
+    ops = [(e.key, e.self_cpu_time_total / 1e6, e.count) for e in prof.key_averages()]
+    total = sum(t for _, t, _ in ops) or 1.0
+    matmul = sum(t for k, t, _ in ops if is_matmul(k))
+    top = sorted(ops, key=lambda x: -x[1])[:15]
+    return {"wall_seconds_profiled": round(wall, 2), "self_cpu_seconds": round(total, 2),
+            "matmul_share": round(matmul / total, 3),
+            "top_ops": [{"op": k, "self_seconds": round(t, 3), "share": round(t / total, 3), "calls": c}
+                        for k, t, c in top]}
 
 
 # -- baseline engines: the same flows and episodes, other ways of generating ---------------------------------------------

@@ -125,7 +125,8 @@ class TransformersEngine:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self.stats = {"decode_steps": 0, "prefills": 0, "generated_tokens": 0, "max_running": 0,
-                      "prompt_tokens": 0, "prefix_reused_tokens": 0, "repacks": 0, "max_row_slots": 0}
+                      "prompt_tokens": 0, "prefix_reused_tokens": 0, "repacks": 0, "max_row_slots": 0,
+                      "prefill_seconds": 0.0, "decode_seconds": 0.0}  # worker time in admission+prefill / decode
 
     @classmethod
     def from_config(cls, path: str, dtype: str = "float32", device: str = "cpu", cache_dir: str | None = None,
@@ -246,9 +247,13 @@ class TransformersEngine:
             self._run_scores(scores)
         self._drop_cancelled()
         if self._pending and len(self._running) < self.max_batch_size:
+            t0 = time.perf_counter()
             self._admit()
+            self.stats["prefill_seconds"] += time.perf_counter() - t0
         if self._running:
+            t0 = time.perf_counter()
             self._decode_step()
+            self.stats["decode_seconds"] += time.perf_counter() - t0
 
     def _drop_cancelled(self) -> None:
         self._pending = [r for r in self._pending if not r.future.cancelled()]

@@ -185,3 +185,6 @@ def test_kv_row_slots_follow_the_requests_in_flight(smol_model_and_tokenizer, pr
         eng.close()
     assert all(len(g.token_ids) == 4 for g in gens)
     assert eng.stats["max_running"] == 3 and eng.stats["max_row_slots"] == 3
+    # the prompts were prefilled (in one or more batches), then decoded: the worker's time is split between the two
+    assert eng.stats["prefills"] >= 1 and eng.stats["decode_steps"] >= 3
+    assert eng.stats["prefill_seconds"] > 0 and eng.stats["decode_seconds"] > 0
