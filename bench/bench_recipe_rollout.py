@@ -30,15 +30,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from common import (
-    ROOT, GenerateLoopEngine, episode_stats, load_avg, machine_info, package_version, print_table, quiet,
-    write_result,
+    ROOT, GenerateLoopEngine, engine_time_split, episode_stats, load_avg, machine_info, package_version, print_table,
+    quiet, run_vllm_child, write_result,
 )
 
 VLLM_PYTHON = str(ROOT / ".venv-vllm" / "bin" / "python")
@@ -81,10 +79,7 @@ def timed_rollout(trainer, rows, n, sampling, name: str) -> dict:
            "episodes_per_min": round(60 * len(trajs) / seconds, 2), "load_avg_1m_before": load_before, **stats}
     if prefix:
         row["prefix_hit_rate"] = round(prefix["prefix_hit_rate"], 4)
-    stats = getattr(trainer.engine, "stats", None)
-    if isinstance(stats, dict) and "decode_seconds" in stats:  # where our engine's time went
-        row.update(prefill_seconds=round(stats["prefill_seconds"], 2), decode_seconds=round(stats["decode_seconds"], 2),
-                   decode_steps=stats["decode_steps"], prefills=stats["prefills"])
+    row.update(engine_time_split(trainer.engine))
     return row
 
 
@@ -123,16 +118,7 @@ def run_vllm(args) -> dict:
            "--threads", str(args.threads)]
     cmd += ["--sample"] if args.sample else []
     cmd += ["--context", args.context] if args.context else []
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "2", "OMP_NUM_THREADS": str(args.threads)}
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.vllm_timeout, cwd=ROOT, env=env)
-    except subprocess.TimeoutExpired:
-        return {"skipped": f"vLLM run did not finish within {args.vllm_timeout} s"}
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        tail = " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-4:])
-        return {"skipped": f"vLLM run failed (rc {proc.returncode}): {tail[-600:]}"}
-    return json.loads(lines[-1])
+    return run_vllm_child(cmd, args.vllm_timeout, args.threads)
 
 
 def main() -> None:

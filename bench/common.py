@@ -180,6 +180,30 @@ def run_json_subprocess(args: Sequence[str], timeout: float = 1800, python: str 
     return out
 
 
+def run_vllm_child(cmd: Sequence[str], timeout: float, threads: int) -> dict[str, Any]:
+    """Run a benchmark's ``--child-vllm`` command (in the vLLM venv's Python); returns the JSON object it prints last,
+    or ``{"skipped": reason}`` when it times out or fails."""
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "2", "OMP_NUM_THREADS": str(threads)}
+    try:
+        proc = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
+    except subprocess.TimeoutExpired:
+        return {"skipped": f"vLLM run did not finish within {timeout} s"}
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        tail = " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-4:])
+        return {"skipped": f"vLLM run failed (rc {proc.returncode}): {tail[-600:]}"}
+    return json.loads(lines[-1])
+
+
+def engine_time_split(engine) -> dict[str, Any]:
+    """Our engine's worker time in admission + prefill and in decode steps (empty for other engines)."""
+    stats = getattr(engine, "stats", None)
+    if not (isinstance(stats, dict) and "decode_seconds" in stats):
+        return {}
+    return {"prefill_seconds": round(stats["prefill_seconds"], 2), "decode_seconds": round(stats["decode_seconds"], 2),
+            "decode_steps": stats["decode_steps"], "prefills": stats["prefills"]}
+
+
 # -- operator profile ---------------------------------------------------------------------------------------------------
 
 MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::linear", "aten::matmul")
