@@ -7,6 +7,7 @@ ways; only the thing that generates changes:
 
 * ``engine``: ``TransformersEngine`` (continuous batching; every live episode's turn joins the running batch;
   prefix sharing on, its hit rate recorded); ``engine_no_prefix``: the same with the prefix store off;
+  ``engine_no_weight_major``: the same with small decode batches on ``F.linear`` (``weight_major_rows=0``);
 * ``plain_loop``: one ``model.generate`` call per turn per episode, one at a time;
 * ``trl``: TRL's ``GRPOTrainer._generate_single_turn`` (its non-vLLM path: one left-padded ``model.generate`` over
   the batch), called once per turn for all episodes still running — how TRL's tool loop regenerates;
@@ -32,20 +33,17 @@ import time
 from pathlib import Path
 
 from common import (
-    GenerateLoopEngine, TurnBatchEngine, default_config, engine_time_split, episode_stats, load_avg, machine_info,
-    make_trl_grpo, package_version, print_table, profile_ops, quiet, rollout_with, run_vllm_child, task_rows,
-    warm_model_dir, write_result,
+    ENGINE_VARIANTS, GenerateLoopEngine, TurnBatchEngine, default_config, engine_time_split, engine_variant,
+    episode_stats, load_avg, machine_info, make_trl_grpo, package_version, print_table, profile_ops, quiet,
+    rollout_with, run_vllm_child, task_rows, warm_model_dir, write_result,
 )
 
 VLLM_PYTHON = "/tmp/vllmvenv/bin/python"
 
 
 def run_method(name: str, model, tokenizer, rows, sampling, cfg, n: int = 1) -> dict:
-    if name in ("engine", "engine_no_prefix"):
-        from agentr1_core.rollout.transformers_engine import TransformersEngine
-
-        engine = TransformersEngine(model, tokenizer, max_batch_size=64,
-                                    prefix_cache_mb=512 if name == "engine" else 0)
+    if name in ENGINE_VARIANTS:
+        engine = engine_variant(name, model, tokenizer)
     elif name == "plain_loop":
         engine = GenerateLoopEngine(model, tokenizer)
     elif name == "trl":

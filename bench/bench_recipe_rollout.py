@@ -11,7 +11,8 @@ trained checkpoint's ``model`` folder gives realistic episodes) and its ``rollou
 held-out rows ``--n`` times each, greedy by default (``--sample`` for the recipe's temperature), once per method:
 
 * ``engine``: ``TransformersEngine`` with the prefix store (its hit rate is recorded);
-* ``engine_no_prefix``: the same engine with ``prefix_cache_mb=0``;
+* ``engine_no_prefix``: the same engine with ``prefix_cache_mb=0``; ``engine_no_weight_major``: with
+  ``weight_major_rows=0`` (small decode batches on ``F.linear``, see ``rollout/weight_major.py``);
 * ``plain_loop``: ``common.GenerateLoopEngine`` (one ``generate`` per turn per episode) — slow; off by default;
 * ``vllm``: the same trainer and episodes with the ``vllm`` engine, run by the vLLM venv's Python (``--vllm-python``)
   in a subprocess. That venv needs the recipe plugins too (``scripts/setup_vllm.sh`` installs only the core)::
@@ -35,8 +36,8 @@ import time
 from pathlib import Path
 
 from common import (
-    ROOT, GenerateLoopEngine, engine_time_split, episode_stats, load_avg, machine_info, package_version, print_table,
-    quiet, run_vllm_child, write_result,
+    ROOT, GenerateLoopEngine, engine_time_split, engine_variant, episode_stats, load_avg, machine_info,
+    package_version, print_table, quiet, run_vllm_child, write_result,
 )
 
 VLLM_PYTHON = str(ROOT / ".venv-vllm" / "bin" / "python")
@@ -142,8 +143,6 @@ def main() -> None:
 
     import torch
 
-    from agentr1_core.rollout.transformers_engine import TransformersEngine
-
     torch.set_num_threads(args.threads)
     cfg, trainer = make_recipe_trainer(args)
     rows, sampling = recipe_rows_and_sampling(args, cfg, trainer)
@@ -164,8 +163,7 @@ def main() -> None:
                 if name == "plain_loop":
                     trainer.engine = GenerateLoopEngine(trainer.policy.model, trainer.tokenizer)
                 else:
-                    trainer.engine = TransformersEngine(trainer.policy.model, trainer.tokenizer, max_batch_size=64,
-                                                        prefix_cache_mb=512 if name == "engine" else 0)
+                    trainer.engine = engine_variant(name, trainer.policy.model, trainer.tokenizer)
                 row = timed_rollout(trainer, rows, args.n, sampling, name)
                 trainer.engine.close()
             result["results"][name] = row

@@ -204,6 +204,22 @@ def engine_time_split(engine) -> dict[str, Any]:
             "decode_steps": stats["decode_steps"], "prefills": stats["prefills"]}
 
 
+# -- our engine's variants ---------------------------------------------------------------------------------------------
+
+ENGINE_VARIANTS = {  # method name -> TransformersEngine settings that differ from the defaults
+    "engine": {},
+    "engine_no_prefix": {"prefix_cache_mb": 0},  # no prefix store: every prompt prefilled in full
+    "engine_no_weight_major": {"weight_major_rows": 0},  # small decode batches on F.linear
+}
+
+
+def engine_variant(name: str, model, tokenizer, max_batch_size: int = 64):
+    """Our ``TransformersEngine`` configured as the method ``name`` of ``ENGINE_VARIANTS``."""
+    from agentr1_core.rollout.transformers_engine import TransformersEngine
+
+    return TransformersEngine(model, tokenizer, max_batch_size=max_batch_size, **ENGINE_VARIANTS[name])
+
+
 # -- operator profile ---------------------------------------------------------------------------------------------------
 
 MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::linear", "aten::matmul")
@@ -214,11 +230,14 @@ def is_matmul(name: str) -> bool:
 
 
 def profile_ops(run) -> dict:
-    """Self CPU time by operator over one ``run()`` (``torch.profiler``): matmul share and the top 15 operators."""
+    """Self CPU time by operator over one ``run()`` (``torch.profiler``), on every thread (the engine decodes in its
+    own): matmul share and the top 15 operators."""
+    import torch
     from torch.profiler import ProfilerActivity, profile
 
+    every_thread = torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
     t0 = time.perf_counter()
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    with profile(activities=[ProfilerActivity.CPU], experimental_config=every_thread) as prof:
         run()
     wall = time.perf_counter() - t0
     ops = [(e.key, e.self_cpu_time_total / 1e6, e.count) for e in prof.key_averages()]

@@ -27,6 +27,9 @@ state dict is passed (then it is copied in place). Sequences already decoding ke
 weights. Generate only while no optimizer step is running, and keep the model free of gradient checkpointing in
 train mode during generation (transformers then disables the KV cache).
 
+Small decode batches (2 to ``weight_major_rows`` rows, CPU only) run their linear layers as ``W @ x^T``, which
+MKL computes much faster for few rows than ``x @ W^T`` (see ``weight_major``; ``weight_major_rows=0`` turns it off).
+
 Memory. The running batch's key/value buffers have row slots for the requests in flight when they are allocated
 (running + waiting, at most ``max_batch_size``; doubled when more join) and columns for the longest row; after
 ``IDLE_RELEASE_SECONDS`` without work (between rollouts, while the trainer updates) they are freed, and the next
@@ -41,6 +44,7 @@ end of ``token_ids``/``text`` (up to the token that completed it), as is EOS.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import queue
 import threading
 import time
@@ -53,6 +57,7 @@ from .base import Generation, SamplingParams
 from .prefix_cache import BLOCK, PrefixStore, chain_hashes
 from .transformers_kv import BatchKV, prefill_batch
 from .transformers_sampling import RowSampling, sample_rows
+from .weight_major import DEFAULT_MAX_ROWS, WeightMajorLinear
 
 IDLE_RELEASE_SECONDS = 0.5  # the worker frees the batch's KV buffers after this long without work
 
@@ -100,7 +105,8 @@ class TransformersEngine:
 
     def __init__(self, model, tokenizer, max_batch_size: int = 64, max_context: int | None = None,
                  device: str = "cpu", prefill_tokens: int = 8192, seed: int | None = None,
-                 prefix_cache_mb: float = 512.0, prefix_cache_responses: bool = True) -> None:
+                 prefix_cache_mb: float = 512.0, prefix_cache_responses: bool = True,
+                 weight_major_rows: int = DEFAULT_MAX_ROWS) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
@@ -119,6 +125,7 @@ class TransformersEngine:
         self._kv = BatchKV(self.num_layers, row_capacity=max_batch_size)
         self._store = PrefixStore(int(prefix_cache_mb * 2**20)) if prefix_cache_mb > 0 else None
         self.prefix_cache_responses = bool(prefix_cache_responses)
+        self.weight_major_rows = int(weight_major_rows) if self.device.type == "cpu" else 0
         self._weights_version: int | None = None
         self._window = {"prompt_tokens": 0, "prefix_reused_tokens": 0}
         self._closed = False
@@ -126,7 +133,8 @@ class TransformersEngine:
         self._lock = threading.Lock()
         self.stats = {"decode_steps": 0, "prefills": 0, "generated_tokens": 0, "max_running": 0,
                       "prompt_tokens": 0, "prefix_reused_tokens": 0, "repacks": 0, "max_row_slots": 0,
-                      "prefill_seconds": 0.0, "decode_seconds": 0.0}  # worker time in admission+prefill / decode
+                      "prefill_seconds": 0.0, "decode_seconds": 0.0,  # worker time in admission+prefill / decode
+                      "weight_major_steps": 0, "weight_major_linears": 0}  # decode steps / linear calls rerouted
 
     @classmethod
     def from_config(cls, path: str, dtype: str = "float32", device: str = "cpu", cache_dir: str | None = None,
@@ -355,10 +363,15 @@ class TransformersEngine:
         last = torch.tensor([[r.tokens[-1]] for r in self._running], dtype=torch.long)
         positions = self._kv.mask.sum(1, keepdim=True)
         self._kv.append_mask_column()
-        logits = self.model(input_ids=last.to(self.device), attention_mask=self._kv.mask.to(self.device),
-                            position_ids=positions.to(self.device), **{self._cache_kw: self._kv.cache},
-                            use_cache=True).logits[:, -1]
+        mode = WeightMajorLinear(self.weight_major_rows) if 2 <= len(self._running) <= self.weight_major_rows else None
+        with mode or contextlib.nullcontext():
+            logits = self.model(input_ids=last.to(self.device), attention_mask=self._kv.mask.to(self.device),
+                                position_ids=positions.to(self.device), **{self._cache_kw: self._kv.cache},
+                                use_cache=True).logits[:, -1]
         self.stats["decode_steps"] += 1
+        if mode is not None:
+            self.stats["weight_major_steps"] += 1
+            self.stats["weight_major_linears"] += mode.calls
         self.stats["max_running"] = max(self.stats["max_running"], len(self._running))
         self._sample_and_retire(logits)
 
