@@ -209,7 +209,7 @@ def engine_time_split(engine) -> dict[str, Any]:
 ENGINE_VARIANTS = {  # method name -> TransformersEngine settings that differ from the defaults
     "engine": {},
     "engine_no_prefix": {"prefix_cache_mb": 0},  # no prefix store: every prompt prefilled in full
-    "engine_no_weight_major": {"weight_major_rows": 0},  # small decode batches on F.linear
+    "engine_no_weight_major": {"weight_major_rows": 0},  # small decode batches on F.linear too
 }
 
 

@@ -3,10 +3,10 @@
 Why. A decode step feeds one token per running row, so every linear layer multiplies a handful of rows by a large
 weight. ``F.linear`` computes ``x @ W^T``, and on CPU (MKL sgemm, fp32) that shape is slow: the weight is read at a
 fraction of the memory bandwidth. The same product written as ``W @ x^T`` runs at close to it. Measured on 2 cores
-(AVX-512), SmolLM2-135M's 211 linear layers at once: 2 rows 88.5 -> 32.1 ms, 4 rows 79.9 -> 37.9 ms, 16 rows
-108.5 -> 73.3 ms, while 32 rows and more favour ``x @ W^T`` again and one row already takes a matrix-vector path
-(``bench/bench_decode_linears.py`` measures it on the machine at hand). The result is the same product, summed in
-another order: log-probs agree to about 1e-4.
+(``bench/bench_decode_linears.py``, SmolLM2-135M, whole decode steps with 300 tokens of context): 2 rows 94.6 ->
+39.4 ms, 4 rows 89.1 -> 50.9 ms, 8 rows 100.9 -> 77.6 ms; at 16 and 32 rows the gain is 3-15%, too small for the
+rollout benchmarks to tell from noise, and one row already takes a matrix-vector path (the mode's own cost then
+makes it 10% slower). The result is the same product summed in another order: log-probs agree to about 1e-4.
 
 How. ``WeightMajorLinear`` is a ``TorchFunctionMode``: entered around a forward, it reroutes the ``F.linear`` calls
 whose input has ``2..max_rows`` rows on the CPU and passes every other call through unchanged. Torch-function modes
@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-DEFAULT_MAX_ROWS = 16  # the largest decode batch that goes weight-major (0 turns it off)
+DEFAULT_MAX_ROWS = 8  # the largest decode batch that goes weight-major (0 turns it off)
 _PLAIN = (torch.Tensor, torch.nn.Parameter)  # tensor subclasses (quantised weights, DTensors) keep their own path
 
 
