@@ -55,12 +55,20 @@ def package_version(name: str) -> str | None:
         return None
 
 
+def cpu_isa() -> str:
+    """The widest vector extensions of this CPU that matter to torch and MKL (e.g. ``avx512+bf16``, ``avx2``)."""
+    flags = set(_first_line_with("/proc/cpuinfo", "flags").split())
+    isa = "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else "other"
+    return isa + ("+bf16" if "avx512_bf16" in flags else "") + ("+amx" if "amx_tile" in flags else "")
+
+
 def machine_info() -> dict[str, Any]:
-    """What the numbers ran on: cores, CPU model, RAM, library versions, load average now."""
+    """What the numbers ran on: cores, CPU model and vector extensions, RAM, library versions."""
     mem_kb = _first_line_with("/proc/meminfo", "MemTotal").split()[0]
     return {
         "nproc": os.cpu_count(),
         "cpu_model": _first_line_with("/proc/cpuinfo", "model name"),
+        "cpu_isa": cpu_isa(),
         "ram_gib": round(int(mem_kb) / 2**20, 1) if mem_kb.isdigit() else None,
         "python": platform.python_version(),
         "platform": platform.platform(),
