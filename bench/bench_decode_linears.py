@@ -6,7 +6,7 @@ One command: ``python bench/bench_decode_linears.py``. Two measurements at 1, 2,
   in a decode step) applied to ``rows`` random inputs, both ways;
 * ``decode``: one real decode step of the model through the engine's KV cache (``rows`` rows of ``--context``
   tokens), plain and inside ``WeightMajorLinear``, which is what ``TransformersEngine`` does for 2 to
-  ``weight_major_rows`` rows.
+  ``weight_major_rows`` rows (at 1 row the mode reroutes nothing, so that figure is the mode's own cost).
 
 Each figure is the median of ``--repeats`` rounds that alternate the two ways (so that load drifts hit both), each
 round timing ``--steps`` calls after a warm-up. The load average before each row size is recorded, and so are
@@ -113,8 +113,8 @@ def main() -> None:
             table.append([rows, f"{lin[0]:.1f}", f"{lin[1]:.1f}", f"{dec[0]:.1f}", f"{dec[1]:.1f}",
                           f"{dec[0] / dec[1]:.2f}x", load])
             print(f"[rows {rows}] {result['rows'][rows]}", flush=True)
-    print(print_table(["rows", "linears ms", "weight-major ms", "decode step ms", "weight-major ms", "speedup",
-                       "load"], table))
+    print_table(["rows", "linears ms", "weight-major ms", "decode step ms", "weight-major ms", "speedup", "load"],
+                table)
     print(f"wrote {write_result(args.out, result)}")
 
 
