@@ -313,6 +313,19 @@ class TransformersEngine:
         self._pending = waiting + self._pending[taken:]
         if not batch:
             return
+        try:
+            self._prefill(batch, hits, longest)
+        except Exception as exc:  # the batch is neither pending nor running yet: fail it here, never lose it
+            running = {id(r) for r in self._running}
+            for req in batch:
+                if id(req) not in running:
+                    self._finish(req, "error", error=exc)
+            if any(id(req) in running for req in batch):
+                raise  # the running batch may be inconsistent: the worker fails every request
+
+    def _prefill(self, batch: list[_Request], hits: list[tuple[Any, int]], longest: int) -> None:
+        """Prefill ``batch`` (taken off the pending list) on top of the reused prefixes in ``hits``; join the rows
+        to the running batch and sample their first tokens."""
         for req in batch:
             self._init_row(req)
         reused = [m for _, m in hits]

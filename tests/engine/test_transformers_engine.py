@@ -188,3 +188,27 @@ def test_kv_row_slots_follow_the_requests_in_flight(smol_model_and_tokenizer, pr
     # the prompts were prefilled (in one or more batches), then decoded: the worker's time is split between the two
     assert eng.stats["prefills"] >= 1 and eng.stats["decode_steps"] >= 3
     assert eng.stats["prefill_seconds"] > 0 and eng.stats["decode_seconds"] > 0
+
+
+def test_a_failed_admission_fails_its_requests_and_the_engine_goes_on(smol_model_and_tokenizer, prompts, monkeypatch):
+    """An error while a batch is admitted (here: building its key/value buffers) answers each of its requests with an
+    error generation instead of losing them (the caller would wait forever); the next requests run normally."""
+    from agentr1_core.rollout import transformers_engine as te
+
+    model, tokenizer = smol_model_and_tokenizer
+    eng = TransformersEngine(model, tokenizer, max_batch_size=16, max_context=512)
+    real = te.prefill_batch
+
+    def broken(*args, **kwargs):
+        raise MemoryError("no memory for the key/value buffers")
+
+    try:
+        monkeypatch.setattr(te, "prefill_batch", broken)
+        failed = asyncio.run(asyncio.wait_for(_gather(eng, prompts, SamplingParams(max_new_tokens=4)), 60))
+        monkeypatch.setattr(te, "prefill_batch", real)
+        fine = asyncio.run(asyncio.wait_for(_gather(eng, prompts, SamplingParams(max_new_tokens=4)), 60))
+    finally:
+        eng.close()
+    assert [g.finish_reason for g in failed] == ["error"] * len(prompts)
+    assert all("no memory" in g.info["error"] for g in failed)
+    assert all(len(g.token_ids) == 4 for g in fine)
