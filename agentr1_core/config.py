@@ -85,6 +85,7 @@ class TrainerConfig:
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
     max_grad_norm: float = 1.0
     micro_batch_size: int = 8  # steps per forward/backward
+    share_prefix: int = 32  # a micro-batch's common token prefix of at least this many tokens runs once (0: off)
     mini_batches: int = 1  # optimizer steps per update pass
     update_epochs: int = 1  # passes over one rollout batch
     recompute_old_logprobs: str = "auto"  # auto | true | false (auto: several steps per rollout or a foreign engine)

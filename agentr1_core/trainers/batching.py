@@ -9,12 +9,21 @@ truncated, so that bootstrapping estimators never read past the end of an episod
 Model inputs are left-padded: every row then ends at the last column, so the response tokens of all rows sit in the
 last ``max_response_len`` columns and one ``logits_to_keep`` covers them (see ``forward.py``).
 
+Shared prefix: the rows of a micro-batch often start with the same tokens (the system prompt and tool schema of every
+episode; the whole prompt of the n samples of one GRPO group; an earlier turn of the same episode). With
+``share_prefix`` set, ``collate`` cuts the longest common prefix off (at most each row's prompt minus its last
+token, so that the position predicting the first response token stays in every row) and returns it once as
+``prefix_ids``; the forward runs it once and lets every row attend to its keys and values. ``micro_batches`` with
+``share_prefix`` may order rows by their token ids instead of their lengths, so that rows sharing the longest
+prefixes land in one micro-batch.
+
 This module does no model computation.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -114,37 +123,86 @@ def build_step_batch(rows: Sequence[StepRow], width: int | None = None) -> StepB
 
 @dataclass
 class ModelInputs:
-    """Left-padded inputs of a set of rows. ``keep`` = logits to keep (``max response length + 1``)."""
+    """Left-padded inputs of a set of rows. ``keep`` = logits to keep (``max response length + 1``).
+
+    With ``prefix_ids`` ([1, P], the tokens every row starts with), ``input_ids`` and ``position_ids`` hold only what
+    follows the prefix (positions counting on from P) and ``attention_mask`` covers prefix and rest ([B, P + L])."""
 
     input_ids: torch.Tensor  # [B, L]
-    attention_mask: torch.Tensor  # [B, L]
+    attention_mask: torch.Tensor  # [B, L] (or [B, P + L] with a prefix)
     position_ids: torch.Tensor  # [B, L]
     response_lens: torch.Tensor  # [B]
     keep: int
+    prefix_ids: torch.Tensor | None = None  # [1, P]
+
+    @property
+    def computed_tokens(self) -> int:
+        """Token positions the forward actually runs: the prefix once, then each row's own tokens."""
+        prefix = int(self.prefix_ids.shape[1]) if self.prefix_ids is not None else 0
+        return prefix + int(self.attention_mask[:, prefix:].sum())
 
     def to(self, device: Any) -> "ModelInputs":
+        prefix = self.prefix_ids.to(device) if self.prefix_ids is not None else None
         return ModelInputs(self.input_ids.to(device), self.attention_mask.to(device), self.position_ids.to(device),
-                           self.response_lens.to(device), self.keep)
+                           self.response_lens.to(device), self.keep, prefix)
 
 
-def collate(rows: Sequence[StepRow], pad_id: int) -> ModelInputs:
-    """Left-pad ``prompt_ids + response_ids`` of every row to the longest one."""
-    seqs = [r.prompt_ids + r.response_ids for r in rows]
+def shared_prefix_len(rows: Sequence[StepRow]) -> int:
+    """Length of the token prefix all ``rows`` start with, at most the shortest prompt minus one token."""
+    if not rows:
+        return 0
+    limit = min(len(r.prompt_ids) for r in rows) - 1
+    return max(0, min(limit, len(os.path.commonprefix([r.prompt_ids for r in rows]))))
+
+
+def _prefix_to_share(rows: Sequence[StepRow], share_prefix: int) -> int:
+    if share_prefix <= 0 or len(rows) < 2:
+        return 0
+    skip = shared_prefix_len(rows)
+    return skip if skip >= share_prefix else 0
+
+
+def collate(rows: Sequence[StepRow], pad_id: int, share_prefix: int = 0) -> ModelInputs:
+    """Left-pad ``prompt_ids + response_ids`` of every row to the longest one. With ``share_prefix`` > 0, two or
+    more rows and a common prefix of at least that many tokens, the prefix is returned once as ``prefix_ids``."""
+    skip = _prefix_to_share(rows, share_prefix)
+    seqs = [(r.prompt_ids + r.response_ids)[skip:] for r in rows]
     length = max(len(x) for x in seqs)
     ids = torch.full((len(rows), length), int(pad_id), dtype=torch.long)
-    attn = torch.zeros(len(rows), length, dtype=torch.long)
+    attn = torch.zeros(len(rows), skip + length, dtype=torch.long)
+    attn[:, :skip] = 1
     pos = torch.zeros(len(rows), length, dtype=torch.long)
     for i, seq in enumerate(seqs):
         n = len(seq)
         ids[i, length - n:] = torch.tensor(seq, dtype=torch.long)
-        attn[i, length - n:] = 1
-        pos[i, length - n:] = torch.arange(n)
+        attn[i, skip + length - n:] = 1
+        pos[i, length - n:] = torch.arange(skip, skip + n)
     resp = torch.tensor([len(r.response_ids) for r in rows], dtype=torch.long)
-    return ModelInputs(ids, attn, pos, resp, keep=int(resp.max().clamp(min=1).item()) + 1)
+    prefix = torch.tensor([rows[0].prompt_ids[:skip]], dtype=torch.long) if skip else None
+    return ModelInputs(ids, attn, pos, resp, keep=int(resp.max().clamp(min=1).item()) + 1, prefix_ids=prefix)
 
 
-def micro_batches(indices: Sequence[int], rows: Sequence[StepRow], size: int) -> list[list[int]]:
-    """Split ``indices`` into chunks of ``size`` rows, after sorting by length so that padding stays small."""
+def micro_batches(indices: Sequence[int], rows: Sequence[StepRow], size: int,
+                  share_prefix: int = 0) -> list[list[int]]:
+    """Split ``indices`` into chunks of ``size`` rows, after sorting by length so that padding stays small.
+
+    With ``share_prefix`` (see ``collate``) a second split is considered, by token ids (rows with long common
+    prefixes together), and the one with fewer computed token positions (shared prefixes once, rows padded to the
+    longest rest) is returned."""
     size = max(1, int(size))
-    order = sorted(indices, key=lambda i: rows[i].num_tokens)
-    return [order[k:k + size] for k in range(0, len(order), size)]
+
+    def split(order: list[int]) -> list[list[int]]:
+        return [order[k:k + size] for k in range(0, len(order), size)]
+
+    by_length = split(sorted(indices, key=lambda i: rows[i].num_tokens))
+    if share_prefix <= 0:
+        return by_length
+    by_tokens = split(sorted(indices, key=lambda i: (rows[i].prompt_ids + rows[i].response_ids, i)))
+    cost = lambda plan: sum(computed_positions([rows[i] for i in mb], share_prefix) for mb in plan)  # noqa: E731
+    return by_tokens if cost(by_tokens) < cost(by_length) else by_length
+
+
+def computed_positions(rows: Sequence[StepRow], share_prefix: int) -> int:
+    """Token positions ``collate(rows, share_prefix=...)`` makes the forward run (padding included)."""
+    skip = _prefix_to_share(rows, share_prefix)
+    return skip + len(rows) * max(r.num_tokens - skip for r in rows)

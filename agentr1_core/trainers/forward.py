@@ -14,6 +14,10 @@ The critic reads the final hidden state at the position that predicts the step's
 action was taken in), captured from the input of the output-embedding layer, so it works the same with or without
 a LoRA wrapper.
 
+With a shared prefix (``ModelInputs.prefix_ids``, see ``batching.collate``) the prefix runs once, its keys and
+values are repeated for every row, and the rows' own tokens run on top of them: the same log-probs and gradients as
+running every row whole (the prefix's gradient is the sum over the rows), with the prefix computed once.
+
 Outputs are left-aligned ``[B, T]`` like ``StepBatch.action_mask`` (response token ``j`` at column ``j``, zero
 beyond each row's response).
 """
@@ -25,6 +29,7 @@ from typing import Any
 
 import torch
 
+from agentr1_core.rollout.transformers_engine import cache_keyword
 from agentr1_core.trainers.batching import ModelInputs
 
 HEAD_CHUNK_TOKENS = 512  # response tokens per chunk of the language-model head: bounds the [tokens, vocab] buffers
@@ -104,6 +109,21 @@ def chunked_head(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Ten
     return torch.cat(lps), (torch.cat(ents) if with_entropy else None)
 
 
+def prefix_cache(model: Any, prefix_ids: torch.Tensor, rows: int) -> Any:
+    """Keys and values of ``prefix_ids`` ([1, P]) under ``model``, repeated for ``rows`` rows (a model cache object).
+
+    Gradients flow through them when enabled. The head runs on one position only (its output is unused)."""
+    length = prefix_ids.shape[1]
+    positions = torch.arange(length, device=prefix_ids.device).unsqueeze(0)
+    out = model(input_ids=prefix_ids, attention_mask=torch.ones_like(prefix_ids), position_ids=positions,
+                use_cache=True, logits_to_keep=1)
+    cache = getattr(out, cache_keyword(model), None)
+    if cache is None:
+        raise ValueError("the model returned no key/value cache; set trainer.share_prefix: 0")
+    cache.batch_repeat_interleave(rows)
+    return cache
+
+
 def response_forward(model: Any, inputs: ModelInputs, width: int, temperature: float = 1.0,
                      with_entropy: bool = False, value_head: torch.nn.Module | None = None) -> ForwardOutput:
     """Run ``model`` on ``inputs`` and return per-token log-probs of the response tokens, left-aligned to
@@ -125,10 +145,14 @@ def response_forward(model: Any, inputs: ModelInputs, width: int, temperature: f
         return (hidden[:, :0],) + tuple(args[1:])  # the head itself runs below, in chunks
 
     head = output_layer(model)
+    past = None
+    if inputs.prefix_ids is not None:
+        past = prefix_cache(model, inputs.prefix_ids, rows=inputs.input_ids.shape[0])
     hook = head.register_forward_pre_hook(response_positions_only)
     try:
-        model(input_ids=inputs.input_ids, attention_mask=inputs.attention_mask,
-              position_ids=inputs.position_ids, logits_to_keep=keep, use_cache=False)
+        cache = {cache_keyword(model): past} if past is not None else {}
+        model(input_ids=inputs.input_ids, attention_mask=inputs.attention_mask, position_ids=inputs.position_ids,
+              logits_to_keep=keep, use_cache=past is not None, **cache)
     finally:
         hook.remove()
     targets = inputs.input_ids[:, -rmax:][predicts] if rmax > 0 else inputs.input_ids.new_zeros((0,))

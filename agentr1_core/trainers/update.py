@@ -56,6 +56,7 @@ class Policy:
     ref_context: Callable[[], Any] | None = None  # e.g. a LoRA model's disable_adapter (reference = base weights)
     params: list[torch.nn.Parameter] = field(default_factory=list)  # what gradient clipping covers
     critic: Critic | None = None  # a separate critic model (instead of value_head)
+    share_prefix: int = 0  # run a micro-batch's common token prefix once when it is at least this long (0: never)
 
     @property
     def has_critic(self) -> bool:
@@ -77,8 +78,13 @@ class UpdateStats:
     counts: dict[str, int] = field(default_factory=dict)
     optimizer_steps: int = 0
     skipped_steps: int = 0
-    tokens: int = 0
+    tokens: int = 0  # token positions of the rows (a shared prefix counts once per row)
+    computed_tokens: int = 0  # token positions the forward ran (a shared prefix counts once per micro-batch)
     seconds: float = 0.0
+
+    def add_tokens(self, inputs: ModelInputs) -> None:
+        self.tokens += int(inputs.attention_mask.sum())
+        self.computed_tokens += inputs.computed_tokens
 
     def add(self, metrics: dict[str, float]) -> None:
         for k, v in metrics.items():
@@ -89,7 +95,7 @@ class UpdateStats:
     def means(self) -> dict[str, float]:
         out = {k: self.sums[k] / self.counts[k] for k in self.sums}
         out.update(optimizer_steps=self.optimizer_steps, skipped_steps=self.skipped_steps,
-                   update_tokens=self.tokens,
+                   update_tokens=self.tokens, update_computed_tokens=self.computed_tokens,
                    update_tok_s=self.tokens / self.seconds if self.seconds > 0 else 0.0)
         return out
 
@@ -173,8 +179,8 @@ def state_values(policy: Policy, prompts: Sequence[Sequence[int]], micro_batch_s
     was_training = model.training
     model.eval()
     try:
-        for idx in micro_batches(range(len(rows)), rows, micro_batch_size):
-            inputs = collate([rows[i] for i in idx], policy.pad_id).to(policy.device)
+        for idx in micro_batches(range(len(rows)), rows, micro_batch_size, policy.share_prefix):
+            inputs = collate([rows[i] for i in idx], policy.pad_id, policy.share_prefix).to(policy.device)
             values = response_forward(model, inputs, 1, value_head=head).values
             out[torch.tensor(idx, dtype=torch.long)] = values.float().cpu()
     finally:
@@ -222,8 +228,8 @@ def score_batch(policy: Policy, rows: Sequence[StepRow], batch: StepBatch, micro
         batch.extras["rollout_logprobs"] = batch.old_logprobs.clone()
     gap = LogprobGap()
     policy.model.eval()
-    for idx in micro_batches(range(len(rows)), rows, micro_batch_size):
-        inputs = collate([rows[i] for i in idx], policy.pad_id).to(policy.device)
+    for idx in micro_batches(range(len(rows)), rows, micro_batch_size, policy.share_prefix):
+        inputs = collate([rows[i] for i in idx], policy.pad_id, policy.share_prefix).to(policy.device)
         index = torch.tensor(idx, dtype=torch.long)
         if recompute_old or need_values:
             if recompute_old:
@@ -286,12 +292,12 @@ def policy_update(policy: Policy, algorithm: Algorithm, optimizer: torch.optim.O
             denominators = algorithm.loss_denominators(_sub_batch(batch, mini), advantages[mini_index])
             loss_ok = True
             sums: dict[str, float] = {}
-            for idx in micro_batches(mini, rows, micro_batch_size):
+            for idx in micro_batches(mini, rows, micro_batch_size, policy.share_prefix):
                 sub = _sub_batch(batch, idx).to(policy.device)
                 if denominators is not None:
                     sub.extras = {**sub.extras, "loss_denominators": denominators}
                 share = 1.0 if denominators is not None else len(idx) / len(mini)
-                inputs = collate([rows[i] for i in idx], policy.pad_id).to(policy.device)
+                inputs = collate([rows[i] for i in idx], policy.pad_id, policy.share_prefix).to(policy.device)
                 out, values = forward_with_values(policy, inputs, width, temperature, with_entropy=True,
                                              with_values=use_critic)
                 if gap is not None and epoch == 0 and m == 0:
@@ -312,7 +318,7 @@ def policy_update(policy: Policy, algorithm: Algorithm, optimizer: torch.optim.O
                 parts["loss"] = float(loss.detach())
                 for k, v in parts.items():
                     sums[k] = sums.get(k, 0.0) + v
-                stats.tokens += int(inputs.attention_mask.sum())
+                stats.add_tokens(inputs)
                 if bar is not None:
                     bar.update(1)
                 if not torch.isfinite(loss):
@@ -364,15 +370,15 @@ def sft_update(policy: Policy, optimizer: torch.optim.Optimizer, rows: Sequence[
                 chunk = order[b:b + batch_size]
                 tokens_in_chunk = sum(len(rows[i].response_ids) for i in chunk) or 1
                 loss_ok = True
-                for idx in micro_batches(chunk, rows, micro_batch_size):
+                for idx in micro_batches(chunk, rows, micro_batch_size, policy.share_prefix):
                     sub = [rows[i] for i in idx]
-                    inputs = collate(sub, policy.pad_id).to(policy.device)
+                    inputs = collate(sub, policy.pad_id, policy.share_prefix).to(policy.device)
                     width = max(len(r.response_ids) for r in sub) or 1
                     out = response_forward(policy.model, inputs, width)
                     resp_tokens = sum(len(r.response_ids) for r in sub)
                     loss = -out.logprobs.sum() / tokens_in_chunk
                     stats.add({"sft_nll": float(-out.logprobs.detach().sum()) / max(1, resp_tokens)})
-                    stats.tokens += int(inputs.attention_mask.sum())
+                    stats.add_tokens(inputs)
                     if not torch.isfinite(loss):
                         loss_ok = False
                         continue
