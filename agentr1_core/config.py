@@ -86,6 +86,7 @@ class TrainerConfig:
     max_grad_norm: float = 1.0
     micro_batch_size: int = 8  # steps per forward/backward
     share_prefix: int = 32  # a micro-batch's common token prefix of at least this many tokens runs once (0: off)
+    skip_inert_rows: bool = True  # rows with zero loss and gradient (a GRPO group of equal rewards) are not run
     mini_batches: int = 1  # optimizer steps per update pass
     update_epochs: int = 1  # passes over one rollout batch
     recompute_old_logprobs: str = "auto"  # auto | true | false (auto: several steps per rollout or a foreign engine)

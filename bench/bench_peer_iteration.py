@@ -11,6 +11,10 @@ prompt with the calculator's tool instructions and the question, as ``ToolEnv`` 
 
 Each side runs in its own subprocess (back to back) under ``/usr/bin/time -v``: wall time per iteration (the median
 of the iterations after the first, which pays one-off warm-up costs) and the process's peak RSS (``ru_maxrss``).
+Our side runs twice: as configured by default, and with ``trainer.skip_inert_rows=false``. When every sample of a
+group gets the same reward (with the untrained model here, usually all 0) its rows have no gradient and the default
+skips them; TRL runs them. The second run does the full forward and backward, which is what an update with a
+gradient costs; both ratios are reported.
 Writes ``bench/results/peer_iteration.json``.
 """
 
@@ -30,6 +34,7 @@ from common import (
 )
 
 MODEL = "smollm2-135m-instruct"
+SIDES = {"ours": [], "ours_full_update": ["trainer.skip_inert_rows=false"], "trl": None}  # ours: extra settings
 
 
 def settings(args) -> list[str]:
@@ -43,8 +48,8 @@ def prompt_rows(args) -> list[dict]:
     return task_rows(args.prompts * args.iterations, split="train")
 
 
-def child_ours(args) -> dict:
-    cfg = default_config(settings(args))
+def child_ours(args, extra: list[str] = ()) -> dict:
+    cfg = default_config(settings(args) + list(extra))
     trainer = make_trainer(cfg)
     rows = prompt_rows(args)
     trainer.train_rows, trainer.order, trainer.data_cursor = rows, list(range(len(rows))), 0
@@ -56,7 +61,8 @@ def child_ours(args) -> dict:
                 m = trainer.train_iteration()
             times.append(time.perf_counter() - t0)
             details.append({k: m.get(k) for k in ("rollout_seconds", "tokens_generated", "update_tok_s",
-                                                  "update_tokens", "optimizer_steps", "reward_mean")})
+                                                  "update_tokens", "update_computed_tokens", "update_inert_rows",
+                                                  "optimizer_steps", "reward_mean", "reward_std")})
     finally:
         trainer.close()
     return {"iteration_seconds": times, "details": details, "peak_rss_mib": peak_rss_mib(),
@@ -130,10 +136,10 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--iterations", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--child", choices=["ours", "trl"], default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=list(SIDES), default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        out = child_ours(args) if args.child == "ours" else child_trl(args)
+        out = child_trl(args) if args.child == "trl" else child_ours(args, SIDES[args.child])
         print(json.dumps(out, default=str), flush=True)
         return
 
@@ -143,7 +149,7 @@ def main() -> None:
               "model": MODEL, "prompts_per_iteration": args.prompts, "group_size": args.group,
               "completions_per_iteration": args.prompts * args.group, "max_new_tokens": args.max_new_tokens,
               "iterations": args.iterations, "optimizer_steps_per_iteration": 1, "single_turn": True, "sides": {}}
-    for side in ("ours", "trl"):
+    for side in SIDES:
         print(f"[{side}] running in its own process ...", flush=True)
         load_before = load_avg()[0]
         out = run_json_subprocess([str(Path(__file__).resolve()), "--child", side, *common])
@@ -154,15 +160,19 @@ def main() -> None:
         print(f"[{side}] iterations {[round(t, 1) for t in times]} s, peak RSS "
               f"{out.get('max_rss_mib_time_v', out['peak_rss_mib'])} MiB", flush=True)
         write_result("peer_iteration", result)
-    ours, trl = result["sides"]["ours"], result["sides"]["trl"]
-    rss = {k: v.get("max_rss_mib_time_v", v["peak_rss_mib"]) for k, v in result["sides"].items()}
-    result["speedup_vs_trl"] = round(trl["median_iteration_s"] / ours["median_iteration_s"], 2)
-    result["peak_rss_ratio_ours_over_trl"] = round(rss["ours"] / rss["trl"], 2)
+    sides = result["sides"]
+    rss = {k: v.get("max_rss_mib_time_v", v["peak_rss_mib"]) for k, v in sides.items()}
+    for side in ("ours", "ours_full_update"):
+        suffix = "" if side == "ours" else "_full_update"
+        result[f"speedup_vs_trl{suffix}"] = round(sides["trl"]["median_iteration_s"] /
+                                                  sides[side]["median_iteration_s"], 2)
+        result[f"peak_rss_ratio_ours_over_trl{suffix}"] = round(rss[side] / rss["trl"], 2)
     result["load_avg_end"] = load_avg()
     print_table(["side", "median s/iteration", "all iterations (s)", "peak RSS MiB", "trainable params", "load"],
                 [[k, v["median_iteration_s"], " ".join(f"{t:.1f}" for t in v["iteration_seconds"]), rss[k],
                   v["trainable_params"], v["load_avg_1m_before"]] for k, v in result["sides"].items()])
-    print(f"speed-up vs TRL: {result['speedup_vs_trl']}x; peak RSS ours/TRL: {result['peak_rss_ratio_ours_over_trl']}")
+    print(f"speed-up vs TRL: {result['speedup_vs_trl']}x (full update: {result['speedup_vs_trl_full_update']}x); "
+          f"peak RSS ours/TRL: {result['peak_rss_ratio_ours_over_trl']}")
     print(f"wrote {write_result('peer_iteration', result)}")
 
 

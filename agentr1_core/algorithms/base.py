@@ -107,6 +107,12 @@ class Algorithm:
         weights each micro-batch by its share of rows."""
         return None
 
+    def inert_rows(self, batch: StepBatch, advantages: torch.Tensor) -> torch.Tensor | None:
+        """A ``[S]`` bool mask of the rows whose policy loss is zero, with a zero gradient, whatever the current
+        log-probs (e.g. a GRPO group whose samples all scored the same): the trainer skips their forward and
+        backward. The default, None, runs every row."""
+        return None
+
     def policy_loss(
         self,
         logprobs: torch.Tensor,

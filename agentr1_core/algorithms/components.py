@@ -49,6 +49,16 @@ class PolicyGradientAlgorithm(Algorithm):
         return loss_denominators(batch.action_mask, batch.old_logprobs, advantages, batch.ref_logprobs,
                                  use_ref=self.loss_config.kl_coef > 0)
 
+    def inert_rows(self, batch: StepBatch, advantages: torch.Tensor) -> torch.Tensor | None:
+        """Rows whose every action token has advantage 0: with no KL or entropy term (and no critic loss) each token's
+        loss is ``-0 * ratio`` (clipped or not), so the row adds nothing to the loss or the gradient. Its tokens still
+        count in the loss denominators, which the trainer takes over the whole mini-batch."""
+        cfg = self.loss_config
+        if cfg.kl_coef > 0 or cfg.entropy_coef > 0 or self.needs_critic:
+            return None
+        zero = (advantages == 0) | (batch.action_mask <= 0)
+        return zero.all(dim=1)
+
     def policy_loss(self, logprobs: torch.Tensor, batch: StepBatch, advantages: torch.Tensor,
                     entropy: torch.Tensor | None = None) -> LossOutput:
         return policy_loss(logprobs, batch.old_logprobs, advantages, batch.action_mask, self.loss_config,

@@ -393,7 +393,8 @@ class LocalTrainer:
             metrics.update(policy_update(
                 self.policy, self.algorithm, self.optimizer, steps.rows, batch, adv.advantages, adv.returns,
                 int(tr.micro_batch_size), int(tr.mini_batches), int(tr.update_epochs),
-                float(cfg.rollout.temperature), float(tr.max_grad_norm), float(tr.value_coef), self.scheduler, gen))
+                float(cfg.rollout.temperature), float(tr.max_grad_norm), float(tr.value_coef), self.scheduler, gen,
+                skip_inert=bool(tr.skip_inert_rows)))
             self.engine.sync_weights()
         return end_iteration(self, metrics, t0)
 

@@ -78,6 +78,7 @@ class UpdateStats:
     counts: dict[str, int] = field(default_factory=dict)
     optimizer_steps: int = 0
     skipped_steps: int = 0
+    inert_rows: int = 0  # rows not run because their loss and gradient are zero
     tokens: int = 0  # token positions of the rows (a shared prefix counts once per row)
     computed_tokens: int = 0  # token positions the forward ran (a shared prefix counts once per micro-batch)
     seconds: float = 0.0
@@ -96,6 +97,7 @@ class UpdateStats:
         out = {k: self.sums[k] / self.counts[k] for k in self.sums}
         out.update(optimizer_steps=self.optimizer_steps, skipped_steps=self.skipped_steps,
                    update_tokens=self.tokens, update_computed_tokens=self.computed_tokens,
+                   update_inert_rows=self.inert_rows,
                    update_tok_s=self.tokens / self.seconds if self.seconds > 0 else 0.0)
         return out
 
@@ -124,6 +126,13 @@ class WeightChange:
 
 def _sub_batch(batch: StepBatch, idx: list[int]) -> StepBatch:
     return batch.select(torch.tensor(idx, dtype=torch.long))
+
+
+def zero_grads(params: Sequence[torch.nn.Parameter]) -> None:
+    """Give every trained parameter a zero gradient (where it has none yet)."""
+    for p in params:
+        if p.requires_grad and p.grad is None:
+            p.grad = torch.zeros_like(p)
 
 
 def guarded_step(optimizer: torch.optim.Optimizer, params: Sequence[torch.nn.Parameter], max_grad_norm: float,
@@ -260,10 +269,13 @@ def policy_update(policy: Policy, algorithm: Algorithm, optimizer: torch.optim.O
                   micro_batch_size: int, mini_batches: int, update_epochs: int, temperature: float,
                   max_grad_norm: float, value_coef: float = 1.0, scheduler: Any = None,
                   generator: torch.Generator | None = None, progress: bool = True,
-                  track_weight_change: bool = True) -> dict[str, float]:
+                  track_weight_change: bool = True, skip_inert: bool = True) -> dict[str, float]:
     """The RL update over one rollout; returns mean metrics (loss, kl, entropy, clip fraction, grad norm, ...).
 
-    Losses and gradients do not depend on ``micro_batch_size`` (see the module docstring). Unless the old log-probs
+    Losses and gradients do not depend on ``micro_batch_size`` (see the module docstring). Rows the algorithm calls
+    inert (``Algorithm.inert_rows``: zero loss and gradient, e.g. every sample of a GRPO group scored the same) are
+    not run (``skip_inert``); the update is the same, and the metrics of the forward (entropy, ratios, clip
+    fractions) cover the rows that ran. ``update_inert_rows`` counts them. Unless the old log-probs
     were recomputed, the first mini-batch's forward (before any optimizer step) measures the engine-vs-trainer
     log-prob gap for free."""
     stats = UpdateStats()
@@ -274,11 +286,14 @@ def policy_update(policy: Policy, algorithm: Algorithm, optimizer: torch.optim.O
     critic = policy.critic if use_critic else None
     change = WeightChange(policy.params, enabled=track_weight_change)
     gap = LogprobGap() if "rollout_logprobs" not in batch.extras else None
+    inert_mask = algorithm.inert_rows(batch, advantages) if skip_inert else None
+    inert = inert_mask.tolist() if inert_mask is not None else None
+    runs = [i for i in range(n) if inert is None or not inert[i]]
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=max(1, update_epochs) * len(micro_batches(range(n), rows, micro_batch_size)), desc="update",
+        bar = tqdm(total=max(1, update_epochs) * len(micro_batches(runs, rows, micro_batch_size)), desc="update",
                    unit="mb", leave=False, dynamic_ncols=True)
     policy.model.train()
     if critic is not None:
@@ -292,7 +307,14 @@ def policy_update(policy: Policy, algorithm: Algorithm, optimizer: torch.optim.O
             denominators = algorithm.loss_denominators(_sub_batch(batch, mini), advantages[mini_index])
             loss_ok = True
             sums: dict[str, float] = {}
-            for idx in micro_batches(mini, rows, micro_batch_size, policy.share_prefix):
+            active = mini
+            if inert is not None:
+                active = [i for i in mini if not inert[i]]
+                stats.inert_rows += len(mini) - len(active)
+                if not active:  # what the full pass would leave: zero loss and gradients; the optimizer steps the same
+                    zero_grads(policy.params)
+                    sums = {"policy_loss": 0.0, "loss": 0.0}
+            for idx in micro_batches(active, rows, micro_batch_size, policy.share_prefix):
                 sub = _sub_batch(batch, idx).to(policy.device)
                 if denominators is not None:
                     sub.extras = {**sub.extras, "loss_denominators": denominators}

@@ -224,3 +224,75 @@ def test_bootstrap_reads_the_critic_at_the_next_prompts_last_token(tiny_model, s
         hidden = tiny_model(input_ids=torch.tensor([ids]), output_hidden_states=True).hidden_states[-1]
         expected = head(hidden[0, -1]).item()
     assert from_obs == 1 and boot[0].item() == pytest.approx(expected, abs=1e-5)
+
+
+def _two_groups(model):
+    """Rows of two GRPO groups: group ``a`` with rewards 0, 1, 0, 1 (a gradient), group ``b`` all 1 (inert)."""
+    rows, batch = _rows(model, 0, lengths=((5, 2), (9, 2), (4, 20), (7, 20), (6, 3), (8, 5), (5, 9), (9, 4)))
+    for i, row in enumerate(rows):
+        row.group = 0 if i < 4 else 1
+    batch.group_ids = torch.tensor([r.group for r in rows])
+    batch.rewards = torch.tensor([float(i % 2) if i < 4 else 1.0 for i in range(8)])
+    return rows, batch
+
+
+def _weights_after(model, rows, batch, algo, skip: bool, batches: int = 1, adam: bool = False):
+    """Weights after ``batches`` updates on ``batch``: plain SGD at lr 1 (the change is minus the gradient), or AdamW
+    (so that momentum carries across updates)."""
+    model = copy.deepcopy(model).train()
+    params = list(model.parameters())
+    opt = make_optimizer([{"params": params, "lr": 1e-3}], lr=1e-3) if adam else torch.optim.SGD(params, lr=1.0)
+    metrics = []
+    for b in batches if isinstance(batches, list) else [batch] * batches:
+        adv = algo.compute_advantages(copy.deepcopy(b))
+        metrics.append(policy_update(Policy(model=model, pad_id=0, params=params), algo, opt, rows,
+                                     copy.deepcopy(b), adv.advantages, adv.returns, micro_batch_size=3,
+                                     mini_batches=1, update_epochs=1, temperature=1.0, max_grad_norm=0.0,
+                                     progress=False, skip_inert=skip))
+    return torch.cat([p.detach().flatten() for p in params]), metrics
+
+
+@pytest.mark.parametrize("loss_agg", ["token-mean", "seq-mean-token-mean"])
+def test_inert_rows_are_skipped_and_the_update_is_the_same(tiny_model, loss_agg):
+    """A group whose samples all scored the same has zero advantages: its rows are not run, and the weights come out
+    the same (their tokens still count in the loss denominators)."""
+    rows, batch = _two_groups(tiny_model)
+    algo = ALGORITHM_CLASSES["grpo"](loss_agg=loss_agg)
+    inert = algo.inert_rows(batch, algo.compute_advantages(copy.deepcopy(batch)).advantages)
+    assert inert.tolist() == [False] * 4 + [True] * 4
+    start = torch.cat([p.detach().flatten() for p in tiny_model.parameters()])
+    full, full_m = _weights_after(tiny_model, rows, batch, algo, skip=False)
+    skipped, skip_m = _weights_after(tiny_model, rows, batch, algo, skip=True)
+    assert float((full - start).norm()) > 0
+    assert float((full - skipped).norm()) <= 1e-5 * float((full - start).norm())
+    assert skip_m[0]["update_inert_rows"] == 4 and full_m[0]["update_inert_rows"] == 0
+    assert skip_m[0]["update_tokens"] < full_m[0]["update_tokens"]
+    assert skip_m[0]["loss"] == pytest.approx(full_m[0]["loss"], rel=1e-4, abs=1e-7)
+
+
+def test_an_all_inert_update_still_steps_the_optimizer_as_before(tiny_model):
+    """After an update with a gradient, an update where every row is inert runs no forward but leaves AdamW's
+    momentum step exactly as the full pass (zero gradients) would."""
+    rows, batch = _two_groups(tiny_model)
+    batch.rewards = torch.tensor([float(i % 2) for i in range(8)])  # no inert row: the same first update either way
+    flat = copy.deepcopy(batch)
+    flat.rewards = torch.ones(8)
+    algo = ALGORITHM_CLASSES["grpo"]()
+    full, full_m = _weights_after(tiny_model, rows, batch, algo, skip=False, batches=[batch, flat], adam=True)
+    skipped, skip_m = _weights_after(tiny_model, rows, batch, algo, skip=True, batches=[batch, flat], adam=True)
+    after_first, _ = _weights_after(tiny_model, rows, batch, algo, skip=False, batches=[batch], adam=True)
+    moved = float((full - after_first).norm())
+    assert moved > 0  # momentum moved the weights in the second update
+    assert float((full - skipped).norm()) <= 1e-6 * moved
+    assert skip_m[1]["update_inert_rows"] == 8 and skip_m[1]["update_tokens"] == 0
+    assert skip_m[1]["optimizer_steps"] == full_m[1]["optimizer_steps"] == 1
+
+
+def test_no_row_is_inert_with_an_entropy_bonus_a_kl_term_or_a_critic(tiny_model):
+    rows, batch = _two_groups(tiny_model)
+    for name, params in (("grpo", {"entropy_coef": 0.01}), ("grpo", {"kl_coef": 0.1}), ("ppo", {})):
+        algo = ALGORITHM_CLASSES[name](**params)
+        b = copy.deepcopy(batch)
+        if algo.needs_critic:
+            b.values = torch.zeros(8)
+        assert algo.inert_rows(b, algo.compute_advantages(b).advantages) is None, name
