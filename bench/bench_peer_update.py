@@ -14,9 +14,10 @@ One command: ``python bench/bench_peer_update.py``.
   gives the "effective" figures: what the update delivers, above what the hardware computes. The advantages come
   from random rewards: their values do not change the work done (with one episode per task GRPO's advantages are
   all 0, so the update is told to run the rows it would otherwise skip as inert). A second column counts ``N``
-  without the embedding matrix, since the language-model head runs only over response positions (``logits_to_keep``). The peak is a best-of
-  figure; so that a busy moment on a shared machine does not decide the ratio alone, the rows are then updated
-  again one micro-batch per optimizer step and the best micro-batch is reported too.
+  without the embedding matrix, since the language-model head runs only over response positions
+  (``logits_to_keep``). The peak is a best-of figure; so that a busy moment on a shared machine does not decide the
+  ratio alone, the rows are then updated again one micro-batch per optimizer step and the best micro-batch is
+  reported too.
 
 ``--profile`` then runs one more update of all rows under ``torch.profiler`` and records where its CPU time went:
 the share of matrix products (``mm``/``addmm``/``bmm``, attention kernels and their backward) and the top operators
