@@ -73,11 +73,13 @@ def test_published_weights_reach_the_worker_engine(ray_cluster, tiny_model_dir):
 
 
 def test_ray_backend_produces_the_local_metrics_keys(ray_cluster, tmp_path, tiny_model_dir):
-    """2 iterations of the default task (SFT warm start + GRPO), local vs a trainer actor + 2 Ray workers."""
-    model = f"model.path={tiny_model_dir}"
-    _run(SMALL + [model, f"run_dir={tmp_path / 'local'}"])
-    summary = _run(SMALL + [model, f"run_dir={tmp_path / 'ray'}", "trainer.name=ray", "trainer.params.rollout_workers=2",
-                            "trainer.params.worker_cpus=0.5"])
+    """2 iterations of the default task (SFT warm start + GRPO), local vs a trainer actor + 2 Ray workers. Every row
+    runs in both (``skip_inert_rows=false``): the forward's metrics are absent from an iteration whose rows all lack a
+    gradient, and which iterations those are depends on each run's samples."""
+    common = SMALL + [f"model.path={tiny_model_dir}", "trainer.skip_inert_rows=false"]
+    _run(common + [f"run_dir={tmp_path / 'local'}"])
+    summary = _run(common + [f"run_dir={tmp_path / 'ray'}", "trainer.name=ray", "trainer.params.rollout_workers=2",
+                             "trainer.params.worker_cpus=0.5"])
     local, remote = _iterations(tmp_path / "local"), _iterations(tmp_path / "ray")
     assert [r["iteration"] for r in remote] == [1, 2]
     assert set(local[0]) <= set(remote[0])
