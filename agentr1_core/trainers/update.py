@@ -5,7 +5,9 @@ engine's as ``old_logprobs`` when asked to recompute them), reference log-probs 
 ``policy_update`` runs ``update_epochs`` passes of ``mini_batches`` optimizer steps, each over micro-batches of
 ``micro_batch_size`` steps with gradient accumulation. The micro-batch size is a memory knob only: every micro-batch's
 loss is divided by counts of its whole mini-batch (``Algorithm.loss_denominators``), so the summed gradient is the
-mini-batch's. ``sft_update`` trains cross-entropy on the response tokens of expert steps with the same rows and masks.
+mini-batch's. Every pass runs a micro-batch's common token prefix once (``Policy.share_prefix``, see
+``batching.collate``), and the RL update skips rows without a gradient (``policy_update``). ``sft_update`` trains
+cross-entropy on the response tokens of expert steps with the same rows and masks.
 
 The critic is either a linear head on the policy trunk (``Policy.value_head``: its loss is added to the policy loss
 with ``value_coef`` and shares the policy's optimizer step and clipping) or a separate model (``Policy.critic``: own
@@ -275,9 +277,9 @@ def policy_update(policy: Policy, algorithm: Algorithm, optimizer: torch.optim.O
     Losses and gradients do not depend on ``micro_batch_size`` (see the module docstring). Rows the algorithm calls
     inert (``Algorithm.inert_rows``: zero loss and gradient, e.g. every sample of a GRPO group scored the same) are
     not run (``skip_inert``); the update is the same, and the metrics of the forward (entropy, ratios, clip
-    fractions) cover the rows that ran. ``update_inert_rows`` counts them. Unless the old log-probs
-    were recomputed, the first mini-batch's forward (before any optimizer step) measures the engine-vs-trainer
-    log-prob gap for free."""
+    fractions) cover the rows that ran. ``update_inert_rows`` counts them. Unless the old log-probs were recomputed,
+    the first mini-batch's forward (before any optimizer step) measures the engine-vs-trainer log-prob gap for
+    free."""
     stats = UpdateStats()
     start = time.perf_counter()
     width = batch.action_mask.shape[1]
