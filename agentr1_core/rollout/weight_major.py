@@ -6,15 +6,15 @@ linear layers took 81.9 ms for 2 rows, against 45.7 ms for one row (a matrix-vec
 the same 2-row products took 21.5 ms (``bench/bench_decode_linears.py``, 2 cores). Whole decode steps with 300
 tokens of context: 2 rows 94.6 -> 39.4 ms, 4 rows 89.1 -> 50.9 ms, 8 rows 100.9 -> 77.6 ms; at 16 and 32 rows the
 gain is 3-15%, too small for the rollout benchmarks to tell from noise, and one row already takes a matrix-vector
-path (the mode's own cost then makes it 10% slower). The result is the same product summed in another order:
+path (the mode's own cost then makes it 14% slower). The result is the same product summed in another order:
 log-probs agree to about 1e-4.
 
 How. ``WeightMajorLinear`` is a ``TorchFunctionMode``: entered around a forward, it reroutes the ``F.linear`` calls
 whose input has ``2..max_rows`` rows on the CPU and passes every other call through unchanged. Torch-function modes
 are thread-local, so the engine's worker thread uses it without touching the module or any other thread (the
 trainer's forward and backward never see it). The mode costs a Python call per torch function inside the forward
-(about 2,300 per SmolLM2 decode step, about 10 ms on 2 cores), which is why the engine enters it only for batches
-it helps.
+(about 2,300 per SmolLM2 decode step, about 8 ms on 2 cores: one-row steps 58.4 -> 66.7 ms), which is why the
+engine enters it only for batches it helps.
 """
 
 from __future__ import annotations

@@ -195,7 +195,7 @@ def micro_batches(indices: Sequence[int], rows: Sequence[StepRow], size: int,
         return [order[k:k + size] for k in range(0, len(order), size)]
 
     by_length = split(sorted(indices, key=lambda i: rows[i].num_tokens))
-    if share_prefix <= 0:
+    if share_prefix <= 0 or len(by_length) < 2:  # one micro-batch: the same rows either way
         return by_length
     by_tokens = split(sorted(indices, key=lambda i: (rows[i].prompt_ids + rows[i].response_ids, i)))
     cost = lambda plan: sum(computed_positions([rows[i] for i in mb], share_prefix) for mb in plan)  # noqa: E731
