@@ -163,7 +163,7 @@ def main() -> None:
     sides = result["sides"]
     rss = {k: v.get("max_rss_mib_time_v", v["peak_rss_mib"]) for k, v in sides.items()}
     for side in ("ours", "ours_full_update"):
-        suffix = "" if side == "ours" else "_full_update"
+        suffix = side.removeprefix("ours")
         result[f"speedup_vs_trl{suffix}"] = round(sides["trl"]["median_iteration_s"] /
                                                   sides[side]["median_iteration_s"], 2)
         result[f"peak_rss_ratio_ours_over_trl{suffix}"] = round(rss[side] / rss["trl"], 2)
