@@ -9,8 +9,10 @@ TRL's GRPO is single-turn, so the comparison is on single-turn prompts of the de
 prompt with the calculator's tool instructions and the question, as ``ToolEnv`` renders it; our side runs with
 ``max_turns = 1``; TRL's reward function applies the same ``<answer>`` matching as ``answer_match``.
 
-Each side runs in its own subprocess (back to back) under ``/usr/bin/time -v``: wall time per iteration (the median
-of the iterations after the first, which pays one-off warm-up costs) and the process's peak RSS (``ru_maxrss``).
+Each side runs in its own subprocess, after the 1-minute load average has settled below ``--settle-load`` (waiting at
+most ``--settle-timeout`` seconds; the load before each side is recorded), under ``/usr/bin/time -v``: wall time per
+iteration (the median of the iterations after the first, which pays one-off warm-up costs) and the process's peak RSS
+(``ru_maxrss``).
 Our side runs twice: as configured by default, and with ``trainer.skip_inert_rows=false``. When every sample of a
 group gets the same reward (with the untrained model here, usually all 0) its rows have no gradient and the default
 skips them; TRL runs them. The second run does the full forward and backward, which is what an update with a
@@ -35,6 +37,14 @@ from common import (
 
 MODEL = "smollm2-135m-instruct"
 SIDES = {"ours": [], "ours_full_update": ["trainer.skip_inert_rows=false"], "trl": None}  # ours: extra settings
+
+
+def settle(load: float, timeout: float) -> float:
+    """Wait until the 1-minute load average is below ``load`` (at most ``timeout`` s); the seconds waited."""
+    t0 = time.monotonic()
+    while load_avg()[0] >= load and time.monotonic() - t0 < timeout:
+        time.sleep(5)
+    return time.monotonic() - t0
 
 
 def settings(args) -> list[str]:
@@ -136,6 +146,8 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--iterations", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--settle-load", type=float, default=1.0, help="wait for this 1-minute load before a side")
+    parser.add_argument("--settle-timeout", type=float, default=300.0)
     parser.add_argument("--child", choices=list(SIDES), default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -150,7 +162,8 @@ def main() -> None:
               "completions_per_iteration": args.prompts * args.group, "max_new_tokens": args.max_new_tokens,
               "iterations": args.iterations, "optimizer_steps_per_iteration": 1, "single_turn": True, "sides": {}}
     for side in SIDES:
-        print(f"[{side}] running in its own process ...", flush=True)
+        waited = settle(args.settle_load, args.settle_timeout)
+        print(f"[{side}] running in its own process (waited {waited:.0f} s for the load) ...", flush=True)
         load_before = load_avg()[0]
         out = run_json_subprocess([str(Path(__file__).resolve()), "--child", side, *common])
         times = out["iteration_seconds"]

@@ -7,7 +7,8 @@ ways; only the thing that generates changes:
 
 * ``engine``: ``TransformersEngine`` (continuous batching; every live episode's turn joins the running batch;
   prefix sharing on, its hit rate recorded); ``engine_no_prefix``: the same with the prefix store off;
-  ``engine_no_weight_major``: the same with small decode batches on ``F.linear`` (``weight_major_rows=0``);
+  ``engine_no_weight_major``: the same with small decode batches through oneDNN (``weight_major_rows=0``);
+  ``engine_mkl``: every linear layer on ``F.linear`` (MKL), as before ``cpu_linears`` (``onednn_linears=False`` too);
 * ``plain_loop``: one ``model.generate`` call per turn per episode, one at a time;
 * ``trl``: TRL's ``GRPOTrainer._generate_single_turn`` (its non-vLLM path: one left-padded ``model.generate`` over
   the batch), called once per turn for all episodes still running — how TRL's tool loop regenerates;

@@ -2,8 +2,9 @@
 
 One command: ``python bench/bench_peer_update.py``.
 
-* Peak: ``torch.mm`` on square fp32 matrices (sizes ``--sizes``), ``2·n³`` FLOPs each, best of ``--reps``; measured
-  right before and right after the update, the higher of the two is the peak.
+* Peak: square fp32 matrix products (sizes ``--sizes``), ``2·n³`` FLOPs each, best of ``--reps``, with both of
+  torch's CPU kernels (``torch.mm``, which is MKL, and oneDNN's matmul, which the update uses by default: see
+  ``agentr1_core/cpu_linears.py``); measured right before and right after the update, the highest is the peak.
 * Update: the RL policy update of the default task (``policy_update``: forward with log-probs and entropy, GRPO
   loss, backward, AdamW step; micro-batches of ``trainer.micro_batch_size`` step rows) on the step rows of real
   2-turn calculator episodes of the default task (the scripted expert's episodes: real prompts through the real
@@ -41,17 +42,25 @@ from common import (
 def matmul_peak(sizes: list[int], reps: int) -> dict:
     import torch
 
-    best = {}
+    from agentr1_core.cpu_linears import onednn_available, onednn_linear
+
+    kernels = {"mkl": torch.mm}
+    if onednn_available():
+        kernels["onednn"] = onednn_linear  # a @ b^T: the same FLOPs for square matrices
+    best: dict[str, dict[int, float]] = {name: {} for name in kernels}
     for n in sizes:
         a, b = torch.randn(n, n), torch.randn(n, n)
-        torch.mm(a, b)  # warm-up
-        times = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            torch.mm(a, b)
-            times.append(time.perf_counter() - t0)
-        best[n] = 2 * n**3 / min(times) / 1e9
-    return {"gflops_by_size": {str(k): round(v, 1) for k, v in best.items()}, "gflops": round(max(best.values()), 1)}
+        for name, kernel in kernels.items():
+            kernel(a, b)  # warm-up
+            times = []
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                kernel(a, b)
+                times.append(time.perf_counter() - t0)
+            best[name][n] = 2 * n**3 / min(times) / 1e9
+    return {"gflops_by_kernel_and_size": {name: {str(k): round(v, 1) for k, v in by_size.items()}
+                                          for name, by_size in best.items()},
+            "gflops": round(max(v for by_size in best.values() for v in by_size.values()), 1)}
 
 
 def computed(metrics: dict) -> tuple[int, float]:
@@ -67,6 +76,9 @@ def main() -> None:
     parser.add_argument("--sizes", default="1024,2048,3072")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--profile", action="store_true", help="profile one more update (operator self times)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a config override (e.g. trainer.onednn_linears=false); repeatable")
+    parser.add_argument("--out", default="peer_update", help="result name (bench/results/<out>.json)")
     args = parser.parse_args()
 
     import torch
@@ -77,8 +89,10 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     sizes = [int(s) for s in args.sizes.split(",")]
     result = {"benchmark": "peer_update", "machine": machine_info(), "load_avg_start": load_avg(),
-              "threads": args.threads, "flops_formula": "6 * N * tokens (forward 2N + backward 4N per token)"}
-    cfg = default_config(["trainer.train_layers=0", "validation.max_rows=0", f"trainer.threads={args.threads}"])
+              "threads": args.threads, "overrides": args.set,
+              "flops_formula": "6 * N * tokens (forward 2N + backward 4N per token)"}
+    cfg = default_config(["trainer.train_layers=0", "validation.max_rows=0", f"trainer.threads={args.threads}",
+                          *args.set])
     trainer = make_trainer(cfg)
     try:
         with quiet():
@@ -152,7 +166,7 @@ def main() -> None:
                   result["fraction_of_peak_6N"], result["fraction_of_peak_6N_nonembedding"],
                   result["effective_fraction_of_peak_6N_nonembedding"], result["fraction_of_peak_6N_best"],
                   load_before]])
-    print(f"wrote {write_result('peer_update', result)}")
+    print(f"wrote {write_result(args.out, result)}")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ held-out rows ``--n`` times each, greedy by default (``--sample`` for the recipe
 
 * ``engine``: ``TransformersEngine`` with the prefix store (its hit rate is recorded);
 * ``engine_no_prefix``: the same engine with ``prefix_cache_mb=0``; ``engine_no_weight_major``: with
-  ``weight_major_rows=0`` (small decode batches on ``F.linear``, see ``rollout/weight_major.py``);
+  ``weight_major_rows=0`` (small decode batches through oneDNN, see ``agentr1_core/cpu_linears.py``);
+  ``engine_mkl``: every linear layer on ``F.linear`` (MKL);
 * ``plain_loop``: ``common.GenerateLoopEngine`` (one ``generate`` per turn per episode) — slow; off by default;
 * ``vllm``: the same trainer and episodes with the ``vllm`` engine, run by the vLLM venv's Python (``--vllm-python``)
   in a subprocess. That venv needs the recipe plugins too (``scripts/setup_vllm.sh`` installs only the core)::

@@ -217,7 +217,8 @@ def engine_time_split(engine) -> dict[str, Any]:
 ENGINE_VARIANTS = {  # method name -> TransformersEngine settings that differ from the defaults
     "engine": {},
     "engine_no_prefix": {"prefix_cache_mb": 0},  # no prefix store: every prompt prefilled in full
-    "engine_no_weight_major": {"weight_major_rows": 0},  # small decode batches on F.linear too
+    "engine_no_weight_major": {"weight_major_rows": 0},  # small decode batches through oneDNN too
+    "engine_mkl": {"weight_major_rows": 0, "onednn_linears": False},  # every linear on F.linear (MKL)
 }
 
 
@@ -230,7 +231,8 @@ def engine_variant(name: str, model, tokenizer, max_batch_size: int = 64):
 
 # -- operator profile ---------------------------------------------------------------------------------------------------
 
-MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::linear", "aten::matmul")
+MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::linear", "aten::matmul",
+              "mkldnn::_linear_pointwise")
 
 
 def is_matmul(name: str) -> bool:

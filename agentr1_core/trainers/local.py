@@ -242,7 +242,7 @@ class LocalTrainer:
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.policy = Policy(model=policy_model, pad_id=int(pad_id), device=self.device, value_head=value_head,
                              ref_model=ref_model, ref_context=ref_context, critic=critic,
-                             share_prefix=int(tr.share_prefix),
+                             share_prefix=int(tr.share_prefix), onednn_linears=bool(tr.onednn_linears),
                              params=trainable + (list(value_head.parameters()) if value_head is not None else []))
         self.policy.model.eval()
         name, params = component(cfg, "engine")

@@ -7,7 +7,8 @@ engine's as ``old_logprobs`` when asked to recompute them), reference log-probs 
 loss is divided by counts of its whole mini-batch (``Algorithm.loss_denominators``), so the summed gradient is the
 mini-batch's. Every pass runs a micro-batch's common token prefix once (``Policy.share_prefix``, see
 ``batching.collate``), and the RL update skips rows without a gradient (``policy_update``). ``sft_update`` trains
-cross-entropy on the response tokens of expert steps with the same rows and masks.
+cross-entropy on the response tokens of expert steps with the same rows and masks. On the CPU the passes without
+gradients run their linear layers through oneDNN (``Policy.onednn_linears``, see ``agentr1_core.cpu_linears``).
 
 The critic is either a linear head on the policy trunk (``Policy.value_head``: its loss is added to the policy loss
 with ``value_coef`` and shares the policy's optimizer step and clipping) or a separate model (``Policy.critic``: own
@@ -22,6 +23,7 @@ dropped and the skip counted), so no NaN ever reaches the weights. Optimizers ar
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import time
 from dataclasses import dataclass, field
@@ -30,6 +32,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from agentr1_core.algorithms.base import Algorithm, StepBatch
+from agentr1_core.cpu_linears import CpuLinears
 from agentr1_core.trainers.batching import ModelInputs, StepRow, collate, micro_batches
 from agentr1_core.trainers.forward import ForwardOutput, response_forward
 
@@ -59,10 +62,28 @@ class Policy:
     params: list[torch.nn.Parameter] = field(default_factory=list)  # what gradient clipping covers
     critic: Critic | None = None  # a separate critic model (instead of value_head)
     share_prefix: int = 0  # run a micro-batch's common token prefix once when it is at least this long (0: never)
+    onednn_linears: bool = False  # on CPU, the linear layers of passes without gradients go through oneDNN
 
     @property
     def has_critic(self) -> bool:
         return self.value_head is not None or self.critic is not None
+
+    def linears(self) -> contextlib.AbstractContextManager:
+        """Where this policy's passes compute their linear layers: oneDNN on CPU when asked, else ``F.linear``."""
+        if self.onednn_linears and torch.device(self.device).type == "cpu":
+            return CpuLinears(weight_major_rows=0, onednn=True)
+        return contextlib.nullcontext()
+
+
+def with_policy_linears(fn: Callable) -> Callable:
+    """Run a pass without gradients (whose first argument is the ``Policy``) inside ``policy.linears()``."""
+
+    @functools.wraps(fn)
+    def wrapper(policy: Policy, *args, **kwargs):
+        with policy.linears():
+            return fn(policy, *args, **kwargs)
+
+    return wrapper
 
 
 def make_optimizer(groups: list[dict[str, Any]], lr: float, betas: Sequence[float] = (0.9, 0.999),
@@ -175,6 +196,7 @@ def forward_with_values(policy: Policy, inputs: ModelInputs, width: int, tempera
     return out, cout.values
 
 
+@with_policy_linears
 @torch.no_grad()
 def state_values(policy: Policy, prompts: Sequence[Sequence[int]], micro_batch_size: int) -> torch.Tensor:
     """The critic's value ``V(s)`` of each prompt (a state the policy is about to act in), as float32 ``[N]``.
@@ -221,6 +243,7 @@ class LogprobGap:
         return {"logprob_gap_mean": self.total / self.count, "logprob_gap_max": self.max}
 
 
+@with_policy_linears
 @torch.no_grad()
 def score_batch(policy: Policy, rows: Sequence[StepRow], batch: StepBatch, micro_batch_size: int,
                 temperature: float, recompute_old: bool, need_ref: bool, need_values: bool) -> dict[str, float]:
