@@ -11,8 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from agentr1_core.rollout.base import SamplingParams
 from agentr1_core.cpu_linears import CpuLinears, onednn_available, onednn_linear, weight_major_linear
+from agentr1_core.rollout.base import SamplingParams
 
 
 @pytest.mark.parametrize("shape", [(3, 24), (2, 1, 24), (4, 5, 24)])
@@ -122,7 +122,7 @@ def test_engine_reroutes_every_linear_of_every_forward_with_the_same_tokens(tiny
             results[rows, onednn] = (gens, scores, dict(engine.stats))
         finally:
             engine.close()
-    for (gens, scores, stats) in results.values():
+    for gens, scores, _ in results.values():
         for a, b in zip(gens, results[0, False][0]):
             assert a.token_ids == b.token_ids and len(a.token_ids) == 8
             torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4, rtol=0)
