@@ -11,10 +11,11 @@ ways to compute the same product do better (``bench/bench_decode_linears.py``, `
 * oneDNN's matmul (``torch.ops.mkldnn._linear_pointwise``, the kernel torch's own compiler emits for CPU linears):
   faster than MKL from 1 row (47 -> 38 ms) through decode batches (16 rows: 109 -> 77 ms; 64 rows: 183 -> 132 ms)
   to a prefill (512 rows: 1,045 -> 818 ms). It reads the weight as it is at each call, so in-place optimizer steps
-  are seen by the next forward. Limited to AVX2 the gain shrinks but stays (``decode_linears_onednn_avx2.json``).
+  are seen by the next forward. With the kernels limited to AVX2 its lead on the linears shrinks (16 rows: 73.6 ->
+  65.8 ms) and whole decode steps of 16-64 rows gain nothing (``decode_linears_onednn_avx2.json``).
 
 Who uses it: the rollout engine for every forward, and the trainer for its passes without gradients (old and
-reference log-probs, critic values: 1.2x faster). Calls that need gradients stay on ``F.linear``: an autograd
+reference log-probs, critic values; the recomputed old log-probs of 24 rows took 5.62 s instead of 6.76 s). Calls that need gradients stay on ``F.linear``: an autograd
 version (oneDNN for the forward, ``torch.mm`` for the gradients) made the RL update no faster (median 24.9 vs 25.0 s
 over 4 alternating updates of the peer-update bench's rows), so it was not kept.
 
@@ -28,6 +29,7 @@ function inside the forward (about 2,300 per SmolLM2 decode step, a few ms on 2 
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -38,8 +40,9 @@ DEFAULT_WEIGHT_MAJOR_ROWS = 4  # the largest decode batch that goes weight-major
 _PLAIN = (torch.Tensor, torch.nn.Parameter)  # tensor subclasses (quantised weights, DTensors) keep their own path
 
 
+@functools.lru_cache(maxsize=None)
 def onednn_available() -> bool:
-    """Whether this torch build has oneDNN's linear kernel (x86 and ARM CPU builds do)."""
+    """Whether this torch build has oneDNN's linear kernel (looked up once: the engine asks at every forward)."""
     try:
         return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
     except (AttributeError, RuntimeError):
