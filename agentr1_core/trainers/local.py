@@ -48,7 +48,9 @@ from agentr1_core.lifecycle.metrics import MetricsLogger, write_episodes
 from agentr1_core.rollout.base import SamplingParams
 from agentr1_core.rollout.driver import current_episode_uid, rollout_async
 from agentr1_core.trainers.batching import build_step_batch, trajectories_to_rows
-from agentr1_core.trainers.metrics import end_iteration, peak_rss_mb, rollout_metrics, validation_metrics
+from agentr1_core.trainers.metrics import (
+    end_iteration, episode_metric_means, peak_rss_mb, rollout_metrics, validation_metrics,
+)
 from agentr1_core.trainers import roles
 from agentr1_core.trainers.seeding import EpisodeSeededEngine
 from agentr1_core.trainers.update import Policy, make_optimizer, policy_update, score_batch, sft_update
@@ -310,7 +312,8 @@ class LocalTrainer:
         self.writer.write({"event": "validation", **result})
         write_episodes(self.run_dir / "episodes" / f"{label}.jsonl", trajs)
         by = ", ".join(f"{k} {v['success_rate']:.3f}" for k, v in result["by_source"].items())
-        print(f"[validation {label}] success {result['success_rate']:.3f} reward {result['reward_mean']:.3f} "
+        means = "".join(f" {k} {result[k]:.3f}" for k in episode_metric_means(trajs) if k != "num_steps")
+        print(f"[validation {label}] success {result['success_rate']:.3f} reward {result['reward_mean']:.3f}{means} "
               f"on {result['cases']} cases ({by}) in {seconds:.0f}s", flush=True)
         return result
 

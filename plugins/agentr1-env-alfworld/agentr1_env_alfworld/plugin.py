@@ -1,5 +1,5 @@
-"""Registers the ``alfworld`` env, the ``alfworld`` and ``alfworld_split`` dataset loaders, the ``alfworld_won``
-reward, the ``alfworld prepare`` command and the recipe's named configs.
+"""Registers the ``alfworld`` env, the ``alfworld`` and ``alfworld_split`` dataset loaders, the ``alfworld_won`` and
+``alfworld_progress`` rewards, the ``alfworld prepare`` command and the recipe's named configs.
 
 Factories are lazy ``"module:attr"`` strings: listing plugins imports neither textworld nor alfworld.
 """
@@ -29,7 +29,9 @@ def agentr1_datasets():
 
 @hookimpl
 def agentr1_rewards():
-    return [RewardSpec("alfworld_won", f"{PKG}.rewards:AlfworldWon", "1 if the ALFWorld goal was reached")]
+    return [RewardSpec("alfworld_won", f"{PKG}.rewards:AlfworldWon", "1 if the ALFWorld goal was reached"),
+            RewardSpec("alfworld_progress", f"{PKG}.progress:AlfworldProgress",
+                       "1 for a win, else partial credit for the task's subgoals the game confirmed")]
 
 
 @hookimpl

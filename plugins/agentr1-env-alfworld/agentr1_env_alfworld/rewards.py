@@ -1,7 +1,9 @@
 """``alfworld_won``: the final reward of an ALFWorld episode, 1.0 when the game's goal was reached, else 0.0.
 
 It reads ``info["won"]`` of the last step. Use it with the env's ``win_reward: 0`` so a won episode's return is
-exactly 1 (the recipe does); it does not look at the action text.
+exactly 1 (the recipe does); it does not look at the action text. It also records the episode's ``won`` and subgoal
+``progress`` (see ``progress.py``, where the ``alfworld_progress`` reward pays for that progress) as episode
+metrics, so validation reports how far episodes got even when none wins.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentr1_core.mdp import Trajectory
+from agentr1_env_alfworld.progress import record_progress
 
 
 class AlfworldWon:
@@ -18,7 +21,8 @@ class AlfworldWon:
         self.success_reward = success_reward
 
     def __call__(self, traj: Trajectory, row: dict[str, Any]) -> float:
-        return self.success_reward if traj.steps and traj.steps[-1].info.get("won") else 0.0
+        won, _progress = record_progress(traj, row)
+        return self.success_reward if won else 0.0
 
 
 def alfworld_won(traj: Trajectory, row: dict[str, Any]) -> float:
