@@ -6,7 +6,9 @@ is a plain command (see ``prompt.py``); an invalid one gets the game's own "Noth
 ``done`` when the PDDL goal holds (``info["won"]``, reward ``win_reward``) and is ``truncated`` at ``max_steps``
 (``info["reason"] = "step_cap"``) or when its worker crashes or hangs (``info["reason"]`` says which; the pool
 replaces the worker). Optional shaping: ``step_penalty`` on every step, ``invalid_penalty`` on a command that was
-not admissible. ``Observation.anchor`` is a digest of the full game state, for GiGPO's step groups.
+not admissible. ``show_room: false`` leaves the room as first seen out of the context (the admissible ``go to``
+commands name the same receptacles; in a kitchen that saves about a third of the prompt). ``Observation.anchor``
+is a digest of the full game state, for GiGPO's step groups.
 
 ``expert_action()`` gives the game's walkthrough command for the next step while the episode is on the walkthrough
 (commands that leave the game state as it was, such as an invalid one or "look", do not leave it); once the state
@@ -32,7 +34,7 @@ class AlfworldEnv(AgentEnv):
 
     def __init__(self, gamefile: str = "", max_steps: int = 50, history: int = 3, win_reward: float = 1.0,
                  step_penalty: float = 0.0, invalid_penalty: float = 0.0, system_prompt: str = DEFAULT_SYSTEM_PROMPT,
-                 workers: int = 2, hang_timeout: float = 120.0, cache_games: int = 4,
+                 show_room: bool = True, workers: int = 2, hang_timeout: float = 120.0, cache_games: int = 4,
                  pool: GamePool | None = None) -> None:
         if max_steps < 1:
             raise ValueError(f"max_steps must be at least 1, got {max_steps}")
@@ -45,6 +47,7 @@ class AlfworldEnv(AgentEnv):
         self.step_penalty = step_penalty
         self.invalid_penalty = invalid_penalty
         self.system_prompt = system_prompt
+        self.show_room = show_room
         self.pool_settings = (workers, hang_timeout, cache_games)
         self.pool = pool
         self.worker: GameWorker | None = None
@@ -104,8 +107,9 @@ class AlfworldEnv(AgentEnv):
 
     # -- acting ------------------------------------------------------------------------------------------------
     def observation(self) -> Observation:
-        user = render_user_message(self.task, self.room, self.history[-self.history_size:] if self.history_size else [],
-                                   self.admissible, self.steps, self.max_steps)
+        recent = self.history[-self.history_size:] if self.history_size else []
+        user = render_user_message(self.task, self.room if self.show_room else "", recent, self.admissible, self.steps,
+                                   self.max_steps)
         return Observation(messages=render_messages(self.system_prompt, user), anchor=f"alfworld:{self.anchor}")
 
     def _truncate(self, reason: str, command: str = "") -> StepResult:

@@ -1,10 +1,11 @@
 """The per-step context the ALFWorld env shows the model, and how a reply becomes a game command.
 
 The context is rebuilt every step (never appended to), so its length stays flat as an episode grows: a system
-message with the rules, then one user message with the task, the room as first seen, the last ``history`` actions
-with what they produced, and the commands admissible now. The reply is a plain command; ``parse_command`` keeps
-its first non-empty line, drops a leading ``>`` or ``Action:`` and surrounding quotes, and lower-cases it. It does
-not check the command against the admissible list (the game answers "Nothing happens." to an invalid one).
+message with the rules, then one user message with the task, the room as first seen (unless it is left out), the last
+``history`` actions with what they produced, and the commands admissible now. The reply is a plain command;
+``parse_command`` keeps its first non-empty line, drops a leading ``>`` or ``Action:`` and surrounding quotes, and
+lower-cases it. It does not check the command against the admissible list (the game answers "Nothing happens." to
+an invalid one).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def parse_command(text: str) -> str:
 
 def render_user_message(task: str, room: str, history: list[tuple[str, str]], admissible: list[str],
                         step: int, max_steps: int) -> str:
-    parts = [f"Your task is to: {task}", f"At the start: {room}"]
+    parts = [f"Your task is to: {task}"] + ([f"At the start: {room}"] if room else [])
     if history:
         lines = []
         for command, feedback in history:

@@ -90,6 +90,22 @@ def test_context_stays_flat_as_the_episode_grows(short_row, pool):
     assert lengths[3] == lengths[4] == lengths[5] == lengths[6]  # after k steps the size no longer grows
 
 
+def test_the_room_can_be_left_out_of_the_context(short_row, pool):
+    async def first_prompts():
+        prompts = []
+        for show_room in (True, False):
+            env = AlfworldEnv(pool=pool, show_room=show_room)
+            prompts.append((await env.reset(short_row)).messages[-1]["content"])
+            await env.close()
+        return prompts
+
+    with_room, without_room = run(first_prompts())
+    assert "At the start: You are in the middle of a room." in with_room and "At the start" not in without_room
+    assert with_room.replace(f"At the start: {with_room.split('At the start: ')[1].split(chr(10))[0]}\n\n", "") \
+        == without_room  # the rest of the context is the same
+    assert "go to desk 1" in without_room and without_room.startswith("Your task is to: examine the bowl")
+
+
 def test_conformance_checker_passes(short_row, pool):
     env = AlfworldEnv(pool=pool, max_steps=5)
     assert check_env(env, short_row) == 5

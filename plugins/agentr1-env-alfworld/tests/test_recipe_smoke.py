@@ -33,7 +33,7 @@ def test_game_split_is_disjoint_and_covers_every_game():
 
 
 @pytest.mark.slow
-def test_alfworld_cpu_recipe_runs_end_to_end_at_smoke_size(tmp_path, monkeypatch):
+def test_alfworld_cpu_recipe_runs_end_to_end_at_smoke_size(tmp_path, monkeypatch, capsys):
     from agentr1_core.cli import main
 
     monkeypatch.setenv("ALFWORLD_DATA", str(DATA))
@@ -50,6 +50,10 @@ def test_alfworld_cpu_recipe_runs_end_to_end_at_smoke_size(tmp_path, monkeypatch
     assert set(validations) == {"before_sft", "after_sft", "after_rl"}
     for v in validations.values():
         assert v["cases"] == 2 and sum(s["cases"] for s in v["by_source"].values()) == 2
+        assert 0.0 <= v["progress"] <= 1.0 and v["won"] == v["success_rate"]  # the recipe's alfworld_progress reward
+    # the validation line shows the episodes' subgoal progress next to the success rate
+    out = capsys.readouterr().out
+    assert f"progress {validations['after_rl']['progress']:.3f}" in out
     sft = next(r for r in records if r.get("event") == "sft")
     assert sft["expert_episodes"] == 2 and sft["sft_steps"] >= 2 and sft["weight_change"] > 0
     iters = [r for r in records if "iteration" in r and "event" not in r]
