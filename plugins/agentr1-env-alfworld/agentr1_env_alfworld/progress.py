@@ -129,7 +129,7 @@ class AlfworldProgress:
     ``success_reward`` x the episode's progress (module doc). ``partial_weight: 0`` is the win-only reward."""
 
     def __init__(self, success_reward: float = 1.0, partial_weight: float = 1.0) -> None:
-        if not 0.0 <= partial_weight < 1.0 + 1e-9:
+        if not 0.0 <= partial_weight <= 1.0:
             raise ValueError(f"partial_weight must be in [0, 1], got {partial_weight}")
         self.success_reward = success_reward
         self.partial_weight = partial_weight

@@ -97,7 +97,8 @@ def test_installed_cli_lists_the_plugin():
     assert mine and mine[0]["status"] == "ok", out
     assert mine[0]["components"] == {
         "command": ["alfworld"], "config": ["alfworld", "alfworld-cpu", "alfworld-gpu"],
-        "dataset": ["alfworld", "alfworld_split"], "env": ["alfworld"], "reward": ["alfworld_won"]}
+        "dataset": ["alfworld", "alfworld_split"], "env": ["alfworld"],
+        "reward": ["alfworld_progress", "alfworld_won"]}
 
 
 def test_a_split_name_typo_is_refused_instead_of_loading_every_split():
