@@ -15,9 +15,10 @@ ways to compute the same product do better (``bench/bench_decode_linears.py``, `
   65.8 ms) and whole decode steps of 16-64 rows gain nothing (``decode_linears_onednn_avx2.json``).
 
 Who uses it: the rollout engine for every forward, and the trainer for its passes without gradients (old and
-reference log-probs, critic values; the recomputed old log-probs of 24 rows took 5.62 s instead of 6.76 s). Calls that need gradients stay on ``F.linear``: an autograd
-version (oneDNN for the forward, ``torch.mm`` for the gradients) made the RL update no faster (median 24.9 vs 25.0 s
-over 4 alternating updates of the peer-update bench's rows), so it was not kept.
+reference log-probs, critic values; the recomputed old log-probs of 24 rows took 5.62 s instead of 6.76 s). Calls
+that need gradients stay on ``F.linear``: an autograd version (oneDNN for the forward, ``torch.mm`` for the
+gradients) made the RL update no faster (median 24.9 vs 25.0 s over 4 alternating updates of the peer-update bench's
+rows), so it was not kept.
 
 How. ``CpuLinears`` is a ``TorchFunctionMode``: entered around a forward, it reroutes the ``F.linear`` calls on
 plain CPU tensors that need no gradient and passes every other call through unchanged (other devices, tensor

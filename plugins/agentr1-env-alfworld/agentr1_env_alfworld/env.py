@@ -7,8 +7,8 @@ is a plain command (see ``prompt.py``); an invalid one gets the game's own "Noth
 (``info["reason"] = "step_cap"``) or when its worker crashes or hangs (``info["reason"]`` says which; the pool
 replaces the worker). Optional shaping: ``step_penalty`` on every step, ``invalid_penalty`` on a command that was
 not admissible. ``show_room: false`` leaves the room as first seen out of the context (the admissible ``go to``
-commands name the same receptacles; in a kitchen that saves about a third of the prompt). ``Observation.anchor``
-is a digest of the full game state, for GiGPO's step groups.
+commands name the same receptacles; the room is 32-40% of the first prompt's tokens on valid_seen games).
+``Observation.anchor`` is a digest of the full game state, for GiGPO's step groups.
 
 ``expert_action()`` gives the game's walkthrough command for the next step while the episode is on the walkthrough
 (commands that leave the game state as it was, such as an invalid one or "look", do not leave it); once the state
