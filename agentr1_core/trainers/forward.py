@@ -3,13 +3,13 @@
 Only the positions that predict a response token go through the language-model head: ``logits_to_keep`` first
 cuts the hidden states to the last ``max_response_len + 1`` positions, then a forward pre-hook on the output layer
 takes, row by row, just the positions predicting that row's own response tokens (N in the batch) and hands the model's
-own head call an empty sequence. The head then runs here, over those N positions in chunks of ``HEAD_CHUNK_TOKENS``
-(``chunked_head``; checkpointed when training, so only one chunk's ``[chunk, vocab]`` logits exist at a time). So
+own head call an empty sequence. The head then runs here, over those N positions in chunks (``head.chunked_head``:
+only one chunk's ``[chunk, vocab]`` logits exist at a time, and they are recomputed in the backward pass). So
 neither the vocabulary projection nor the log-softmax/entropy ever runs over prompt or padding positions. Log-probs
 are ``log_softmax(logits / temperature)`` at the target (the sampling temperature, so that they match the engine's);
 the entropy is ``logsumexp - sum(softmax * logits)``. What some architectures do to the logits after the head
 (Gemma's final soft-capping, Cohere's ``logit_scale``, Granite's ``logits_scaling``) is applied here from the model
-config (``LogitTransform``); the trainer-vs-engine log-prob gap metric would show an architecture missed here.
+config (``head.LogitTransform``); the trainer-vs-engine log-prob gap metric would show an architecture missed here.
 The critic reads the final hidden state at the position that predicts the step's first action token (the state the
 action was taken in), captured from the input of the output-embedding layer, so it works the same with or without
 a LoRA wrapper.
@@ -31,8 +31,7 @@ import torch
 
 from agentr1_core.rollout.transformers_engine import cache_keyword
 from agentr1_core.trainers.batching import ModelInputs
-
-HEAD_CHUNK_TOKENS = 512  # response tokens per chunk of the language-model head: bounds the [tokens, vocab] buffers
+from agentr1_core.trainers.head import LogitTransform, chunked_head
 
 
 @dataclass
@@ -47,66 +46,6 @@ def output_layer(model: Any) -> torch.nn.Module:
     if layer is None:
         raise ValueError("the model has no output embedding layer (lm_head)")
     return layer
-
-
-@dataclass(frozen=True)
-class LogitTransform:
-    """What the model's forward does to the head's output before returning logits (read from its config)."""
-
-    softcap: float | None = None  # Gemma 2/3: final_logit_softcapping
-    scale: float | None = None  # Cohere: logit_scale (multiplies)
-    divide: float | None = None  # Granite: logits_scaling (divides)
-
-    @classmethod
-    def of(cls, model: Any) -> "LogitTransform":
-        config = getattr(model, "config", None)
-        return cls(*(getattr(config, key, None) for key in ("final_logit_softcapping", "logit_scale",
-                                                             "logits_scaling")))
-
-    def __call__(self, logits: torch.Tensor) -> torch.Tensor:
-        if self.scale:
-            logits = logits * self.scale
-        if self.divide:
-            logits = logits / self.divide
-        if self.softcap:
-            logits = torch.tanh(logits / self.softcap) * self.softcap
-        return logits
-
-
-def _head_chunk(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float,
-                with_entropy: bool, transform: LogitTransform) -> tuple[torch.Tensor, ...]:
-    """Log-probs of ``targets`` (and the entropy) under ``head(hidden)``, for one chunk of response positions."""
-    logits = transform(head(hidden).float())  # [C, V]
-    if temperature and temperature > 0 and temperature != 1.0:
-        logits = logits / temperature
-    lse = torch.logsumexp(logits, dim=-1)
-    token_lp = logits.gather(1, targets.unsqueeze(1)).squeeze(1) - lse
-    if not with_entropy:
-        return (token_lp,)
-    entropy = lse - (torch.exp(logits - lse.unsqueeze(1)) * logits).sum(-1)
-    return token_lp, entropy
-
-
-def chunked_head(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0,
-                 with_entropy: bool = False, transform: LogitTransform = LogitTransform(),
-                 chunk: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``_head_chunk`` over ``hidden`` [N, H] in chunks of ``chunk`` positions. With gradients on, each chunk is
-    checkpointed: only its hidden states are kept and its logits are recomputed in the backward pass, so the update
-    never holds more than one chunk's ``[chunk, vocab]`` logits (at the cost of running the head twice, a few percent
-    of the model's FLOPs)."""
-    from torch.utils.checkpoint import checkpoint
-
-    chunk = max(1, int(chunk or HEAD_CHUNK_TOKENS))
-    grad = torch.is_grad_enabled() and (hidden.requires_grad or any(p.requires_grad for p in head.parameters()))
-    lps: list[torch.Tensor] = []
-    ents: list[torch.Tensor] = []
-    for start in range(0, max(1, hidden.shape[0]), chunk):
-        args = (head, hidden[start:start + chunk], targets[start:start + chunk], temperature, with_entropy, transform)
-        parts = checkpoint(_head_chunk, *args, use_reentrant=False) if grad else _head_chunk(*args)
-        lps.append(parts[0])
-        if with_entropy:
-            ents.append(parts[1])
-    return torch.cat(lps), (torch.cat(ents) if with_entropy else None)
 
 
 def prefix_cache(model: Any, prefix_ids: torch.Tensor, rows: int) -> Any:

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from agentr1_core.trainers.batching import ModelInputs, collate, trajectories_to_rows
 from agentr1_core.mdp import Step, Trajectory
-from agentr1_core.trainers import forward
+from agentr1_core.trainers import head as head_module
 from agentr1_core.trainers.forward import output_layer, response_forward
 
 
@@ -53,7 +53,7 @@ def _all_positions_forward(model, inputs: ModelInputs, width: int, temperature: 
 
 @pytest.mark.parametrize("temperature,chunk", [(1.0, 512), (0.7, 512), (0.7, 5)])
 def test_response_positions_only_equal_all_positions(tiny, smol_tokenizer, temperature, chunk, monkeypatch):
-    monkeypatch.setattr(forward, "HEAD_CHUNK_TOKENS", chunk)
+    monkeypatch.setattr(head_module, "HEAD_CHUNK_TOKENS", chunk)
     g = torch.Generator().manual_seed(1)
     vocab = len(smol_tokenizer)
     trajs = []
@@ -92,7 +92,7 @@ def test_response_positions_only_equal_all_positions(tiny, smol_tokenizer, tempe
 def test_only_response_positions_reach_the_output_layer(tiny, smol_tokenizer, grad, monkeypatch):
     """The model's own head call gets no position; the head then sees the 7 response positions, 3 at a time (and
     again in the backward pass when training: the chunks are checkpointed)."""
-    monkeypatch.setattr(forward, "HEAD_CHUNK_TOKENS", 3)
+    monkeypatch.setattr(head_module, "HEAD_CHUNK_TOKENS", 3)
     rows = trajectories_to_rows([Trajectory(steps=[Step(prompt_ids=[10, 11, 12, 13], response_ids=[14, 15],
                                                         response_logprobs=[0.0, 0.0])], uid="a", group_id="g"),
                                  Trajectory(steps=[Step(prompt_ids=[10], response_ids=[16, 17, 18, 19, 20],
