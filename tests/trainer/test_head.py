@@ -1,7 +1,7 @@
 """The language-model head over response positions (``trainers.head``): the hand-written ``HeadChunk`` gives the
-same log-probs, entropy and gradients (hidden states, weight, bias) as autograd in float64, in chunks of uneven size, at two temperatures, with and without an entropy term in the loss; it is used only where it applies
-(a plain ``nn.Linear`` without hooks or logit transform), and in the trainer's forward it sees only response
-positions."""
+same log-probs, entropy and gradients (hidden states, weight, bias) as autograd in float64, in chunks of uneven size,
+at two temperatures, with and without an entropy term in the loss; it is used only where it applies (a plain
+``nn.Linear`` without hooks or logit transform), and in the trainer's forward it sees only response positions."""
 
 from __future__ import annotations
 
