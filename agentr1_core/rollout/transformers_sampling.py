@@ -7,8 +7,12 @@ batch. Log-probs are taken from the untruncated model distribution at the row's 
 not renormalise the reported log-prob. A trainer that wants matching numbers recomputes ``log_softmax(logits / T)``
 with the same temperature.
 
-Sampling uses the exponential-race trick (``argmax(p / E)`` with ``E ~ Exp(1)``), which draws exactly from ``p`` and
-lets rows with their own seeded ``torch.Generator`` get reproducible noise while the others share one generator.
+Sampling inverts each row's cumulative distribution at one uniform draw ``U ~ Uniform[0, 1)``: the token is the first
+whose cumulative probability (over the tokens top-k / top-p leave, at the row's temperature) exceeds ``U``. Rows with
+their own seeded ``torch.Generator`` draw their ``U`` from it (reproducible per request); the others share one
+generator. One number per row instead of one per vocabulary entry: with 16 rows of SmolLM2's 49,152 tokens on 2 CPU
+cores, a step's sampling took 16.1 ms with the exponential race ``argmax(p / E)`` it replaced (``Tensor.exponential_``
+over the whole vocabulary) and takes 1.9 ms this way (``bench/bench_sampling.py``).
 This module knows nothing about caches, requests or stop strings.
 """
 
@@ -68,18 +72,18 @@ def sample_rows(logits: torch.Tensor, rows: list[RowSampling],
     if sample_idx:
         sub = scaled[sample_idx]
         sub = _filter_top_k_top_p(sub, [rows[i].top_k for i in sample_idx], [rows[i].top_p for i in sample_idx])
-        probs = torch.softmax(sub, dim=-1)
-        # The noise is drawn on the CPU, where the (CPU) generators live, and then moved to the logits' device:
-        # the same seeds give the same tokens on any device.
-        noise = torch.empty(probs.shape, dtype=probs.dtype)
+        cdf = torch.softmax(sub, dim=-1).double().cumsum_(dim=-1)  # float64: tokens of tiny mass keep their share
+        # The draws are made on the CPU, where the (CPU) generators live: the same seeds give the same tokens on
+        # any device.
+        uniform = torch.empty(len(sample_idx), 1, dtype=torch.float64)
         shared = [j for j, i in enumerate(sample_idx) if rows[i].generator is None]
         if shared:
-            noise[shared] = torch.empty(len(shared), probs.size(1), dtype=probs.dtype).exponential_(
-                generator=shared_generator)
+            uniform[shared] = torch.rand(len(shared), 1, generator=shared_generator, dtype=torch.float64)
         for j, i in enumerate(sample_idx):
             if rows[i].generator is not None:
-                noise[j].exponential_(generator=rows[i].generator)
-        drawn = (probs / noise.to(probs.device)).argmax(dim=-1)
+                torch.rand(1, generator=rows[i].generator, dtype=torch.float64, out=uniform[j])
+        target = uniform.to(cdf.device) * cdf[:, -1:]  # the total is 1 up to rounding
+        drawn = torch.searchsorted(cdf, target, right=True).squeeze(1).clamp_(max=cdf.size(1) - 1)
         tokens[sample_idx] = drawn
     logprobs = logprobs_all.gather(1, tokens.unsqueeze(1)).squeeze(1)
     return tokens, logprobs

@@ -55,6 +55,28 @@ def test_seeded_rows_are_reproducible_and_follow_the_distribution():
     torch.testing.assert_close(freq, torch.tensor([0.7, 0.2, 0.1]), atol=0.04, rtol=0)
 
 
+def test_top_k_rows_draw_from_the_renormalised_top_tokens():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    gen = torch.Generator().manual_seed(11)
+    many = torch.tensor([int(sample_rows(logits, [RowSampling(1.0, 2, 1.0)], gen)[0]) for _ in range(3000)])
+    freq = torch.bincount(many, minlength=4).float() / len(many)
+    torch.testing.assert_close(freq, torch.tensor([0.625, 0.375, 0.0, 0.0]), atol=0.04, rtol=0)
+
+
+def test_a_seeded_row_draws_the_same_token_alone_or_in_any_batch():
+    logits = _logits(rows=3, vocab=400, seed=5)
+    shared = torch.Generator().manual_seed(0)
+    alone, batched = [], []
+    for _ in range(30):
+        row = RowSampling(1.3, 0, 1.0, torch.Generator().manual_seed(9))
+        alone.append(int(sample_rows(logits[1:2], [row])[0]))
+        rows = [RowSampling(0.9, 0, 1.0), RowSampling(1.3, 0, 1.0, torch.Generator().manual_seed(9)),
+                RowSampling(0.0, 0, 1.0)]
+        batched.append(int(sample_rows(logits, rows, shared)[0][1]))
+        logits = logits.roll(1, dims=1)  # other draws, same seeds
+    assert alone == batched and len(set(alone)) > 5
+
+
 def test_alias_without_package_names_the_install_command(monkeypatch, tmp_path):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
