@@ -126,6 +126,7 @@ class HeadChunk(torch.autograd.Function):
         return (token_lp, entropy) if with_entropy else (token_lp, None)
 
     @staticmethod
+    @torch.autograd.function.once_differentiable
     def backward(ctx, g_lp, g_entropy):
         hidden, weight, bias, targets, lse, entropy = ctx.saved_tensors
         need_hidden, need_weight, need_bias = ctx.needs_input_grad[:3]
