@@ -49,7 +49,7 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
         if ax.lines:
             ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
-    fig.suptitle(str(run_dir))
+    fig.suptitle(Path(run_dir).resolve().name or str(run_dir))  # the run folder's name, not where it lives
     fig.tight_layout()
     fig.savefig(out, dpi=100)
     plt.close(fig)
