@@ -122,8 +122,7 @@ class HeadChunk(torch.autograd.Function):
         ctx.workspace = workspace
         ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy)
         ctx.set_materialize_grads(False)
-        token_lp = target_logit - lse
-        return (token_lp, entropy) if with_entropy else (token_lp, None)
+        return target_logit - lse, entropy
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -156,7 +155,7 @@ class HeadChunk(torch.autograd.Function):
         return grad_hidden, grad_weight, grad_bias, None, None, None, None
 
 
-def fused_head_applies(head: torch.nn.Module, transform: "LogitTransform") -> bool:
+def fused_head_applies(head: torch.nn.Module, transform: LogitTransform) -> bool:
     """Whether ``HeadChunk`` computes this head: a plain ``nn.Linear`` on ordinary tensors, without hooks (it reads
     the weight directly, so the module itself is not called), and no logit transform."""
     if type(head) is not torch.nn.Linear or not transform.identity:
@@ -171,7 +170,7 @@ def _head_chunk(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tens
                 with_entropy: bool, transform: LogitTransform) -> tuple[torch.Tensor, ...]:
     """The generic path: log-probs of ``targets`` (and the entropy) under ``head(hidden)`` through autograd."""
     logits = transform(head(hidden).float())  # [C, V]
-    if temperature and temperature > 0 and temperature != 1.0:
+    if temperature != 1.0:  # chunked_head passes 1.0 for greedy (temperature <= 0)
         logits = logits / temperature
     lse = torch.logsumexp(logits, dim=-1)
     token_lp = logits.gather(1, targets.unsqueeze(1)).squeeze(1) - lse
