@@ -32,20 +32,41 @@ def _split_config_args(items: Sequence[str]) -> tuple[str | None, list[str]]:
 
 
 def _load(args: argparse.Namespace):
+    """The config of ``[CONFIG|RUN_DIR] [key=value ...]``: a run directory stands for its saved ``config.yaml``
+    (with ``run_dir`` set to that directory)."""
     from agentr1_core.config import load_config
+    from agentr1_core.lifecycle.run_dir import saved_config
 
     config, overrides = _split_config_args(args.items)
+    saved = saved_config(config) if config else None
+    if saved is not None:
+        return load_config(str(saved), [f"run_dir={config}", *overrides])
     return load_config(config, overrides)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from agentr1_core.lifecycle.run_dir import resume_config
     from agentr1_core.runner import run
 
     cfg = _load(args)
     if args.resume:
         cfg.trainer.resume = "auto"
+        cfg = resume_config(cfg, _split_config_args(args.items)[1])
     run(cfg, overwrite=args.overwrite)
     return 0
+
+
+RUN_EPILOG = """\
+CONFIG is a named config (agentr1-core config list), a YAML file, or a run directory (its saved config.yaml).
+Overrides set any key of the resolved config (agentr1-core config show CONFIG prints it):
+  key.path=value           trainer.total_steps=20  rollout.n=8  model.path=Qwen/Qwen2.5-0.5B-Instruct
+  a component by name      env.name=my_env  reward=null  (a new name starts that component's params afresh)
+  lists and mappings       stages=[rl]  env.tools=[calculator,search]  data.train={name: jsonl, path: rows.jsonl}
+  list items               env.tools.0.timeout=5
+With --resume, the run's saved config is used; overrides may only change how long it runs and how it checkpoints
+and validates (trainer.total_steps, trainer.checkpoint_every, validation.every, ...); any other difference is
+refused with the keys that differ.
+"""
 
 
 def cmd_config_show(args: argparse.Namespace) -> int:
@@ -118,7 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"agentr1-core {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    run_p = sub.add_parser("run", help="train: [CONFIG] [key=value ...] (no CONFIG: the embedded default)")
+    run_p = sub.add_parser("run", help="train: [CONFIG] [key=value ...] (no CONFIG: the embedded default)",
+                           epilog=RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     run_p.add_argument("items", nargs="*", metavar="CONFIG_OR_OVERRIDE")
     run_p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in run_dir")
     run_p.add_argument("--overwrite", action="store_true",

@@ -178,6 +178,9 @@ def resolve_config_path(name: str, relative_to: Path | None = None) -> Path:
     found = named_configs.find_config(name)
     if found is not None:
         return found
+    if Path(name).is_dir():
+        raise ConfigError(f"{name} is a folder without a saved config.yaml, so not a run directory (a run writes "
+                          f"its config.yaml there when it starts)")
     raise ConfigError(f"config file {name!r} not found (named configs: {', '.join(named_configs.config_names())}"
                       "; `agentr1-core config list` shows which distribution provides each)")
 

@@ -21,7 +21,9 @@ class AgentEnv:
     (``env: {name: my_env, param: value}`` merged with a dataset row's ``env_kwargs``).
 
     ``expert_action`` (optional) returns the next action text of a scripted expert, for warm-start SFT; the default
-    replays ``row["expert_actions"]`` when the dataset row carries one.
+    replays ``row["expert_actions"]``, which the agent loop hands over through ``load_expert(row)`` before each
+    ``reset``, so any env replays its rows' demonstrations without code of its own. An env with a scripted expert
+    overrides ``expert_action``.
     """
 
     async def reset(self, row: dict[str, Any]) -> Observation:
@@ -36,7 +38,8 @@ class AgentEnv:
             return None
         return actions.pop(0) if actions else None
 
-    def _load_expert(self, row: dict[str, Any]) -> None:
+    def load_expert(self, row: dict[str, Any]) -> None:
+        """Keep ``row["expert_actions"]`` (a list of action texts) for ``expert_action`` to replay."""
         demo = row.get("expert_actions")
         self._expert_actions = list(demo) if demo else None
 
@@ -104,7 +107,7 @@ class ToolEnv(AgentEnv):
         return "\n\n".join(parts)
 
     async def reset(self, row: dict[str, Any]) -> Observation:
-        self._load_expert(row)
+        self.load_expert(row)
         self.turn, self.turns, self.tool_errors = 0, [], Counter()
         prompt = row.get("prompt", "")
         user = list(prompt) if isinstance(prompt, list) else [{"role": "user", "content": str(prompt)}]

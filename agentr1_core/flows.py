@@ -67,8 +67,10 @@ class AgentFlowBase:
         return Action(gen.text, list(gen.token_ids), list(gen.logprobs), finish_reason=gen.finish_reason)
 
     def finish(self, traj: Trajectory, row: dict[str, Any]) -> Trajectory:
-        """Apply the reward function: the final reward goes on the last step. The row's ``reward_model`` (ground
-        truth) is kept in ``traj.info`` for algorithms that use privileged information."""
+        """Set the episode's reward by the one rule every stage uses (training, validation, metrics, episode logs):
+        the reward function's result when the config names one (it is added to the last step's reward), else the
+        sum of the env's step rewards. The row's ``reward_model`` (ground truth) is kept in ``traj.info`` for
+        algorithms that use privileged information. A flow that overrides ``run`` ends with ``self.finish``."""
         if row.get("reward_model") is not None:
             traj.info["reward_model"] = row["reward_model"]
         if self.ctx.reward_fn is not None and traj.steps:
@@ -76,8 +78,12 @@ class AgentFlowBase:
                 traj.final_reward = float(self.ctx.reward_fn(traj, row))
             except Exception:
                 traj.final_reward = 0.0
-                traj.info["reward_error"] = traceback.format_exc(limit=3)
+                traj.info["reward_error"] = traceback.format_exc()
             traj.steps[-1].reward += traj.final_reward
+            traj.info["reward_source"] = "reward_fn"
+        elif self.ctx.reward_fn is None:
+            traj.final_reward = traj.total_reward
+            traj.info["reward_source"] = "env"
         traj.metrics.setdefault("num_steps", float(len(traj.steps)))
         return traj
 
@@ -101,18 +107,21 @@ class AgentEnvLoop(AgentFlowBase):
         traj = Trajectory(data_source=str(row.get("data_source", "default")))
         env = self.make_env(row)
         try:
+            load_expert = getattr(env, "load_expert", None)
+            if callable(load_expert):
+                load_expert(row)
             obs = await env.reset(row)
             await self._loop(env, obs, traj)
         except Exception:
             traj.termination = "env_error"
-            traj.info["error"] = traceback.format_exc(limit=5)
+            traj.info["error"] = traceback.format_exc()
             if traj.steps:
                 traj.steps[-1].truncated = True
         finally:
             try:
                 await env.close()
             except Exception:
-                traj.info.setdefault("close_error", traceback.format_exc(limit=3))
+                traj.info.setdefault("close_error", traceback.format_exc())
         for key in ("tool_errors",):
             counts: dict[str, int] = {}
             for s in traj.steps:
@@ -144,7 +153,7 @@ class AgentEnvLoop(AgentFlowBase):
             except Exception:
                 step.truncated = True
                 traj.termination = "env_error"
-                traj.info["error"] = traceback.format_exc(limit=5)
+                traj.info["error"] = traceback.format_exc()
                 return
             step.reward, step.feedback, step.info = float(result.reward), result.feedback, dict(result.info)
             step.done, step.truncated, step.next_observation = result.done, result.truncated, result.observation

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -31,7 +32,6 @@ PROVIDED_BY = {
     ("env", "alfworld"): "agentr1-env-alfworld", ("dataset", "alfworld"): "agentr1-env-alfworld",
     ("reward", "alfworld_won"): "agentr1-env-alfworld", ("dataset", "alfworld_split"): "agentr1-env-alfworld",
     ("env", "webshop"): "agentr1-env-webshop", ("dataset", "webshop"): "agentr1-env-webshop",
-    ("reward", "webshop_score"): "agentr1-env-webshop",
     ("algorithm", "opd"): "agentr1-opd",
     ("engine", "vllm"): "agentr1-core[vllm]", ("trainer", "ray"): "agentr1-core[ray]",
     ("trainer", "verl"): "agentr1-core[verl]",
@@ -99,6 +99,17 @@ def build_env_once(cfg: DictConfig, registry: Registry, row: dict[str, Any] | No
                 asyncio.run(result)
 
 
+def turn_cap_note(cfg: DictConfig) -> str | None:
+    """A note when the env's own ``max_turns`` is larger than ``rollout.max_turns``: the agent loop stops an episode
+    at ``rollout.max_turns`` turns (termination ``max_turns``), so the env's larger cap is never reached."""
+    env_turns = OmegaConf.select(cfg, "env.max_turns", default=None)
+    flow_turns = int(cfg.rollout.max_turns)
+    if isinstance(env_turns, int) and not isinstance(env_turns, bool) and env_turns > flow_turns:
+        return (f"note: rollout.max_turns={flow_turns} ends episodes before env.max_turns={env_turns} is reached "
+                f"(an episode ends at whichever cap comes first)")
+    return None
+
+
 def preflight(cfg: DictConfig, registry: Registry, keep_rows: bool = True, build: bool = True) -> None:
     """Check ``cfg`` fully before anything heavy; raise a one-line ``ConfigError`` on the first problem."""
     from agentr1_core.models import check_model_path
@@ -121,3 +132,6 @@ def preflight(cfg: DictConfig, registry: Registry, keep_rows: bool = True, build
     with at_key("algorithm"):
         registry.build("algorithm", name, params, where="algorithm")
     build_env_once(cfg, registry, train[0])
+    note = turn_cap_note(cfg)
+    if note:
+        print(f"[config] {note}", file=sys.stderr, flush=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -84,6 +85,24 @@ def build_reward_fn(cfg: DictConfig, registry: Registry) -> Any:
     return functools.partial(factory, **params)
 
 
+def _missing_dirs(path: Path) -> list[Path]:
+    """``path`` and those of its parents that do not exist yet, deepest first."""
+    missing = []
+    for folder in (path, *path.parents):
+        if folder.exists():
+            break
+        missing.append(folder)
+    return missing
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    for folder in folders:
+        try:
+            folder.rmdir()  # only when empty
+        except OSError:
+            return
+
+
 def run(cfg: DictConfig, overwrite: bool = False) -> Any:
     """Check everything (``preflight``), prepare the run directory (``lifecycle.run_dir``), then train. A first
     SIGTERM or SIGINT stops the run after the current iteration, with a checkpoint."""
@@ -93,9 +112,14 @@ def run(cfg: DictConfig, overwrite: bool = False) -> Any:
     from agentr1_core.preflight import preflight
 
     registry = configure_registry(cfg.plugins.allow, cfg.plugins.block)
-    check_run_dir(cfg.run_dir, int(float(cfg.trainer.min_free_gb) * 1024 ** 3))  # unwritable / disk full: fail now
-    preflight(cfg, registry, keep_rows=str(cfg.trainer.name) == "local")
-    prepare_run_dir(cfg, overwrite=overwrite)
+    created = _missing_dirs(Path(str(cfg.run_dir)))
+    try:
+        check_run_dir(cfg.run_dir, int(float(cfg.trainer.min_free_gb) * 1024 ** 3))  # unwritable / full: fail now
+        preflight(cfg, registry, keep_rows=str(cfg.trainer.name) == "local")
+        prepare_run_dir(cfg, overwrite=overwrite)
+    except BaseException:
+        _remove_empty(created)  # a refused run leaves no trace
+        raise
     trainer = registry.load("trainer", cfg.trainer.name)(config=cfg, registry=registry)
     with GracefulStop() as stop:
         if isinstance(getattr(trainer, "callbacks", None), list):

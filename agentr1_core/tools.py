@@ -1,15 +1,27 @@
 """``BaseTool``: an executable tool with a JSON-schema signature, and the safe way to call one.
 
-A tool declares ``name``, ``description`` and ``parameters`` (a JSON schema object) and implements async
-``execute(**arguments)``. ``call_tool`` validates arguments, enforces the timeout, caps and sanitises output and turns
-every failure into a ``ToolResult`` with ``error`` set: a tool never raises into the rollout. Output that had to be
-repaired (cut to size, undecodable bytes replaced) is listed in ``ToolResult.info["output_problems"]``.
+A tool declares ``name``, ``description`` and ``parameters`` (a JSON schema object) and implements
+``execute(**arguments)``, async or plain. ``call_tool`` validates arguments, enforces the timeout, caps and sanitises
+output and turns every failure into a ``ToolResult`` with ``error`` set: a tool never raises into the rollout.
+
+Each call runs in a thread of its own (with its own event loop for an async ``execute``), so a tool that blocks
+(``time.sleep``, a synchronous HTTP client, heavy CPU work) neither stalls the other episodes nor outlives its
+timeout: the episode gets a timeout error after ``timeout`` seconds; an awaiting tool is cancelled, a blocking one
+finishes in the background and its result is dropped. A tool that never blocks and holds objects bound to the
+rollout's event loop sets ``runs_in_thread = False`` and is awaited on that loop.
+
+Output that had to be repaired is listed in ``ToolResult.info["output_problems"]``: ``output_truncated``,
+``invalid_utf8``, ``non_string_output`` (a dict, list or number, sent to the model as JSON). A tool that returns
+``None`` is an error (``bad_output``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import inspect
 import json
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,21 +39,23 @@ class ToolResult:
 
     text: str
     reward: float = 0.0
-    error: str | None = None  # None | bad_arguments | unknown_tool | exception | timeout | parse_error
+    error: str | None = None  # None | bad_arguments | unknown_tool | exception | timeout | parse_error | bad_output
     info: dict[str, Any] = field(default_factory=dict)  # output_problems: [output_truncated, invalid_utf8]
 
 
 class BaseTool:
-    """Subclass and set ``name``, ``description``, ``parameters``; implement ``async execute(**kwargs)``.
+    """Subclass and set ``name``, ``description``, ``parameters``; implement ``execute(**kwargs)`` (async or plain).
 
     ``execute`` returns a string or a ``ToolResult`` (to give a per-call reward). Raising is fine: the caller turns
-    the exception into an error observation. ``timeout`` (seconds) bounds one call.
+    the exception into an error observation. ``timeout`` (seconds) bounds one call, whether the tool awaits or
+    blocks (see ``runs_in_thread``).
     """
 
     name: str = ""
     description: str = ""
     parameters: dict[str, Any] = {"type": "object", "properties": {}, "required": []}
     timeout: float = 10.0
+    runs_in_thread: bool = True  # False: awaited on the rollout's event loop (the tool must never block)
 
     async def execute(self, **arguments: Any) -> str | ToolResult:
         raise NotImplementedError
@@ -111,6 +125,69 @@ def output_problems(text: Any, limit: int = MAX_OUTPUT_CHARS) -> list[str]:
     return problems
 
 
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
+
+
+async def _execute_in_thread(tool: BaseTool, arguments: dict[str, Any], limit: float) -> Any:
+    """``tool.execute`` in a daemon thread with an event loop of its own; ``asyncio.TimeoutError`` after ``limit``
+    seconds (an awaiting tool is cancelled in its loop; a blocking one runs to its end, unobserved)."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[Any] = loop.create_future()
+    inner: dict[str, Any] = {}
+
+    def settle(outcome: tuple[bool, Any]) -> None:
+        if done.done():
+            return
+        ok, value = outcome
+        if ok:
+            done.set_result(value)
+        else:
+            done.set_exception(value)
+
+    def work() -> None:
+        own_loop = asyncio.new_event_loop()
+        try:
+            out = tool.execute(**arguments)
+            if inspect.isawaitable(out):
+                task = own_loop.create_task(_awaited(out))
+                inner["cancel"] = lambda: own_loop.call_soon_threadsafe(task.cancel)
+                out = own_loop.run_until_complete(task)
+            outcome: tuple[bool, Any] = (True, out)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's loop, raised there
+            outcome = (False, exc if isinstance(exc, Exception) else RuntimeError(repr(exc)))
+        finally:
+            own_loop.close()
+        try:
+            loop.call_soon_threadsafe(settle, outcome)
+        except RuntimeError:  # the rollout's loop is closed: nobody waits for this result any more
+            pass
+
+    context = contextvars.copy_context()
+    threading.Thread(target=context.run, args=(work,), daemon=True, name=f"agentr1-tool-{tool.name}").start()
+    try:
+        return await asyncio.wait_for(done, timeout=limit)
+    except asyncio.TimeoutError:
+        cancel = inner.get("cancel")
+        if cancel is not None:
+            try:
+                cancel()
+            except RuntimeError:  # its loop already finished
+                pass
+        raise
+
+
+async def _execute(tool: BaseTool, arguments: dict[str, Any], limit: float) -> Any:
+    if tool.runs_in_thread:
+        return await _execute_in_thread(tool, arguments, limit)
+
+    async def on_loop() -> Any:
+        out = tool.execute(**arguments)
+        return await out if inspect.isawaitable(out) else out
+
+    return await asyncio.wait_for(on_loop(), timeout=limit)
+
+
 async def call_tool(tool: BaseTool, arguments: Any, timeout: float | None = None) -> ToolResult:
     """Run one tool call safely: never raises (except cancellation), always returns a ``ToolResult``."""
     problem = tool.validate_arguments(arguments)
@@ -118,7 +195,7 @@ async def call_tool(tool: BaseTool, arguments: Any, timeout: float | None = None
         return ToolResult(f"Error: {tool.name}: {problem}", error="bad_arguments")
     limit = tool.timeout if timeout is None else timeout
     try:
-        out = await asyncio.wait_for(tool.execute(**arguments), timeout=limit)
+        out = await _execute(tool, arguments, limit)
     except asyncio.TimeoutError:
         return ToolResult(f"Error: {tool.name} timed out after {limit:g}s", error="timeout")
     except asyncio.CancelledError:
@@ -128,7 +205,12 @@ async def call_tool(tool: BaseTool, arguments: Any, timeout: float | None = None
                           error="exception")
     raw = out.text if isinstance(out, ToolResult) else out
     result = out if isinstance(out, ToolResult) else ToolResult("")
+    if raw is None:
+        return ToolResult(f"Error: {tool.name} returned None; a tool returns a string or a ToolResult",
+                          error="bad_output")
     problems = output_problems(raw)
+    if not isinstance(raw, (str, bytes)):
+        problems.append("non_string_output")
     result.text = clean_output(raw)
     if problems:
         result.info["output_problems"] = problems

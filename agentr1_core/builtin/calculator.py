@@ -70,6 +70,7 @@ class CalculatorTool(BaseTool):
         "properties": {"expression": {"type": "string", "description": "for example (12 + 3) * 4"}},
         "required": ["expression"],
     }
+    runs_in_thread = False  # bounded pure arithmetic: never blocks, so it runs on the rollout's loop
 
     def __init__(self, timeout: float = 5.0) -> None:
         self.timeout = timeout

@@ -225,8 +225,9 @@ class VerlTrainer:
 
     def run_sft(self) -> dict[str, Any]:
         from agentr1_core.distributed.verl_data import step_rows_to_verl, to_dataproto
+        from agentr1_core.lifecycle.episode_errors import check_expert_steps
         from agentr1_core.trainers.batching import trajectories_to_rows
-        from agentr1_core.trainers.metrics import rollout_metrics
+        from agentr1_core.trainers.metrics import expert_problems, rollout_metrics
 
         import torch
 
@@ -236,8 +237,13 @@ class VerlTrainer:
         trajs = self.pool.run(rows, 1, self.sampling, policy="expert", prefix="sft-", desc="expert rollouts")
         seconds = time.perf_counter() - t0
         steps = trajectories_to_rows(trajs)
+        check_expert_steps(trajs, len(steps.rows))
+        expert = rollout_metrics(trajs, seconds)
         record: dict[str, Any] = {"event": "sft", "expert_episodes": len(trajs), "sft_steps": len(steps.rows),
-                                  "expert_success_rate": rollout_metrics(trajs, seconds)["success_rate"]}
+                                  "expert_success_rate": expert["success_rate"],
+                                  "expert_reward_mean": expert["reward_mean"],
+                                  "expert_terminations": expert["terminations"],
+                                  "expert_tool_errors": expert["tool_errors"]}
         if steps.rows:
             width = max(len(r.response_ids) for r in steps.rows) or 1
             layout = step_rows_to_verl(steps.rows, torch.zeros(len(steps.rows), width), None, self.pad_id,
@@ -249,7 +255,8 @@ class VerlTrainer:
             self._publish(record)
             self._engines("wake_up")
         self.writer.write(record)
-        print(f"[sft] {len(trajs)} expert episodes, {len(steps.rows)} steps", flush=True)
+        print(f"[sft] {len(trajs)} expert episodes (success {expert['success_rate']:.2f}{expert_problems(expert)}), "
+              f"{len(steps.rows)} steps", flush=True)
         self.history["sft"] = record
         return record
 

@@ -9,7 +9,8 @@ at the record's iteration. On resume, ``truncate_to(offset)`` drops the records 
 TensorBoard purges its events from the first repeated iteration on, so no iteration is ever logged twice.
 
 ``write_episodes`` keeps what the agent did in a validation (``episodes/<label>.jsonl``: per episode its task,
-actions, env feedback, reward and termination), to read next to the numbers.
+actions, env feedback, reward, success, termination and, for a failed episode, the full traceback), to read next to
+the numbers.
 
 This module computes no metrics (see ``agentr1_core.trainers.metrics``).
 """
@@ -129,20 +130,31 @@ def _task_text(observation: Any) -> str:
     return observation.text or ""
 
 
+def episode_record(t: Any) -> dict[str, Any]:
+    """What ``episodes/<label>.jsonl`` keeps of one episode: its task, reward (the episode's reward, by the rule of
+    ``AgentFlowBase.finish``), success, termination, metrics, steps (action, feedback, reward, tool errors), and the
+    full traceback of an env, engine or reward error."""
+    first = t.steps[0].observation if t.steps else None
+    record = {"uid": t.uid, "data_source": t.data_source, "task": _task_text(first), "reward": t.final_reward,
+              "success": bool(t.success()), "termination": t.termination, "metrics": t.metrics,
+              "steps": [{"action": s.action_text, "feedback": s.feedback, "reward": s.reward,
+                         **({"tool_errors": s.info["tool_errors"]} if s.info.get("tool_errors") else {})}
+                        for s in t.steps]}
+    for key in ("tool_errors", "error", "reward_error", "close_error"):
+        if t.info.get(key):
+            record[key] = t.info[key]
+    return record
+
+
 def write_episodes(path: str | os.PathLike, trajs: Any) -> Path:
-    """One JSON line per episode: ``data_source``, ``task`` (the first observation's user message), ``reward``,
-    ``termination``, ``metrics`` and ``steps`` (``action``, ``feedback``, ``reward``). Written to a temporary file and
-    renamed, so a reader never sees half a file."""
+    """One JSON line per episode (``episode_record``). Written to a temporary file and renamed, so a reader never
+    sees half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.part")
     with open(tmp, "w", encoding="utf-8") as fh:
         for t in trajs:
-            first = t.steps[0].observation if t.steps else None
-            record = {"data_source": t.data_source, "task": _task_text(first), "reward": t.final_reward,
-                      "termination": t.termination, "metrics": t.metrics,
-                      "steps": [{"action": s.action_text, "feedback": s.feedback, "reward": s.reward} for s in t.steps]}
-            fh.write(json.dumps(clean(record), ensure_ascii=False) + "\n")
+            fh.write(json.dumps(clean(episode_record(t)), ensure_ascii=False) + "\n")
     tmp.replace(path)
     return path
 

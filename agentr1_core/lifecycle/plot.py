@@ -28,6 +28,8 @@ def _series(records: list[dict], key: str) -> list[tuple[int, float]]:
 
 
 def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
+    if not Path(run_dir).is_dir():
+        raise FileNotFoundError(f"run directory not found: {run_dir}")
     import matplotlib
 
     matplotlib.use("Agg")

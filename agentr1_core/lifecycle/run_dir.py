@@ -2,10 +2,14 @@
 
 * A fresh run (no ``--resume``) needs an empty or absent ``run_dir``. A directory that already holds files is
   refused with one line (exit code 2) unless ``--overwrite`` is given, which deletes the previous run's files
-  (``metrics.jsonl``, ``tb/``, ``checkpoints/``, ``summary.json``, ``config.yaml``, ``curves.png``, ``episodes/``,
+  (``metrics.jsonl``, ``tb/``, ``checkpoints/``, ``summary.json``, ``config.yaml``, ``curves.png``, ``episodes/``, ``errors.log``,
   ``eval_*.json`` and ``eval_*.episodes.jsonl``) first; other files are left alone.
 * ``--resume`` (``trainer.resume=auto``) needs a complete checkpoint in ``run_dir``; without one it is refused with
-  one line instead of silently starting over.
+  one line instead of silently starting over. The run's saved ``config.yaml`` is the config of a resumed run
+  (``resume_config``): a config that differs from it is refused with the keys that differ, except the keys in
+  ``RESUMABLE`` (how long the run goes, how it checkpoints and validates): given on the command line they are
+  applied and logged; otherwise the saved values stay (also logged). ``agentr1-core run RUN_DIR --resume`` resumes
+  with the saved config itself.
 * The resolved config is written to ``run_dir/config.yaml`` (atomically), so ``agentr1-core eval RUN_DIR`` and
   ``export RUN_DIR OUT`` need nothing retyped.
 
@@ -19,6 +23,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from typing import Any
+
 from omegaconf import DictConfig, OmegaConf
 
 from agentr1_core.lifecycle.checkpoint import latest_checkpoint
@@ -26,11 +32,23 @@ from agentr1_core.plugins import PluginError
 
 CONFIG_FILE = "config.yaml"
 VERL_STATE_FILE = "agentr1_state.json"  # the verl trainer's state file, written last into verl_iter_N
-RUN_FILES = ("metrics.jsonl", "tb", "checkpoints", "summary.json", CONFIG_FILE, "curves.png", "episodes")
+RUN_FILES = ("metrics.jsonl", "tb", "checkpoints", "summary.json", CONFIG_FILE, "curves.png", "episodes", "errors.log")
+
+
+# What a resumed run may change: how long it goes and how it checkpoints, validates and uses the machine. Everything
+# else (model, env, data, reward, algorithm, sizes, seed) must match the run's saved config.
+RESUMABLE = ("trainer.total_steps", "trainer.checkpoint_every", "trainer.keep_checkpoints", "trainer.threads",
+             "trainer.min_free_gb", "validation.every", "validation.max_rows", "plugins.allow", "plugins.block")
+IGNORED_ON_RESUME = ("trainer.resume",)
+_ABSENT = object()
 
 
 class RunDirInUseError(PluginError):
     """A run directory that already holds another run (one line, exit code 2)."""
+
+
+class ResumeMismatch(PluginError):
+    """``--resume`` with a config that differs from the run's saved one (one line, exit code 2)."""
 
 
 def run_entries(run_dir: str | os.PathLike) -> list[str]:
@@ -109,3 +127,57 @@ def saved_config(path: str | os.PathLike) -> Path | None:
     """``path/config.yaml`` when ``path`` is a run directory that saved its config, else None."""
     candidate = Path(path) / CONFIG_FILE
     return candidate if Path(path).is_dir() and candidate.is_file() else None
+
+
+def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"a.b.c": leaf}`` for nested dicts; lists and scalars are leaves."""
+    if isinstance(node, dict):
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            out.update(_flatten(value, f"{prefix}{key}."))
+        return out or {prefix[:-1]: {}}
+    return {prefix[:-1]: node}
+
+
+def _under(key: str, roots: tuple[str, ...] | set[str]) -> bool:
+    return any(key == r or key.startswith(r + ".") for r in roots)
+
+
+def _short(value: Any) -> str:
+    text = "(absent)" if value is _ABSENT else repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def resume_config(cfg: DictConfig, explicit: list[str] | tuple[str, ...] = ()) -> DictConfig:
+    """The config a resumed run uses: the run's saved ``config.yaml``, plus the ``RESUMABLE`` keys the command line
+    set (``explicit``: the override keys given). Raises ``ResumeMismatch`` naming the keys where ``cfg`` differs
+    from the saved config elsewhere. A run directory without a saved config returns ``cfg`` unchanged."""
+    run_dir = str(cfg.run_dir)
+    path = saved_config(run_dir)
+    if path is None:
+        return cfg
+    saved = _flatten(OmegaConf.to_container(OmegaConf.load(path), resolve=True))
+    now = _flatten(OmegaConf.to_container(cfg, resolve=True))
+    given = {k.partition("=")[0] for k in explicit}
+    differ = sorted(k for k in set(saved) | set(now)
+                    if saved.get(k, _ABSENT) != now.get(k, _ABSENT) and not _under(k, IGNORED_ON_RESUME))
+    refused = sorted((k for k in differ if not _under(k, RESUMABLE)), key=lambda k: not k.endswith(".name"))
+    if refused:
+        shown = ", ".join(f"{k} (saved {_short(saved.get(k, _ABSENT))}, now {_short(now.get(k, _ABSENT))})"
+                          for k in refused[:4])
+        more = f" and {len(refused) - 4} more" if len(refused) > 4 else ""
+        raise ResumeMismatch(
+            f"--resume: the config differs from the run's saved {path} at {shown}{more}; resume it with its own "
+            f"config (agentr1-core run {run_dir} --resume), or start a new run (another run_dir, or --overwrite)")
+    out = cfg.copy()
+    for key in differ:
+        old, new = saved.get(key, _ABSENT), now.get(key, _ABSENT)
+        if any(_under(key, {g}) or _under(g, {key}) for g in given):
+            print(f"[resume] {key}: {_short(old)} -> {_short(new)} (from the command line)", flush=True)
+        else:
+            if old is _ABSENT:
+                continue
+            OmegaConf.update(out, key, old, merge=False)
+            print(f"[resume] {key}: keeping the run's {_short(old)} (the config given says {_short(new)})",
+                  flush=True)
+    return out

@@ -19,6 +19,7 @@ import torch
 
 from agentr1_core.lifecycle.checkpoint import latest_checkpoint, load_state, save_checkpoint
 from agentr1_core.lifecycle.metrics import truncate_metrics
+from agentr1_core.plugins import PluginError
 
 
 def load_weights(model: Any, folder: str | os.PathLike) -> None:
@@ -65,14 +66,23 @@ def save_trainer_checkpoint(trainer: Any) -> Path:
                            tokenizer=trainer.tokenizer, keep=max(1, int(cfg.trainer.keep_checkpoints)))
 
 
+class CheckpointMismatch(PluginError):
+    """A checkpoint that cannot be loaded into the run's model or optimizer (one line, exit code 2)."""
+
+
 def resume_latest(trainer: Any) -> Path | None:
     """Restore the latest complete checkpoint of ``trainer.run_dir`` into ``trainer``; None when there is none."""
     ckpt = latest_checkpoint(trainer.run_dir)
     if ckpt is None:
         return None
-    state = load_state(ckpt)
-    load_weights(trainer.policy.model, ckpt / "model")
-    trainer.load_state_dict(state)
+    try:
+        state = load_state(ckpt)
+        load_weights(trainer.policy.model, ckpt / "model")
+        trainer.load_state_dict(state)
+    except (KeyError, ValueError, RuntimeError) as exc:  # another model, optimizer layout or trainer
+        raise CheckpointMismatch(f"checkpoint {ckpt} does not fit this run's model and trainer "
+                                 f"({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}); "
+                                 f"resume with the run's own config or start a new run_dir") from exc
     offset = state.get("metrics_offset")
     dropped = truncate_metrics(trainer.run_dir, int(offset)) if offset is not None else 0
     print(f"[resume] {ckpt} (iteration {trainer.iteration}); dropped {dropped} metric records written after it",

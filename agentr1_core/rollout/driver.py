@@ -48,7 +48,7 @@ async def run_episode(make_flow: FlowFactory, row: dict[str, Any], group_id: str
     except asyncio.CancelledError:
         raise
     except Exception:
-        traj = error_trajectory(row, traceback.format_exc(limit=8))
+        traj = error_trajectory(row, traceback.format_exc())
     traj.group_id = group_id
     traj.uid = uid
     traj.info.setdefault("row_index", group_id)

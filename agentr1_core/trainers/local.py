@@ -43,13 +43,13 @@ from omegaconf import OmegaConf
 from agentr1_core.config import component
 from agentr1_core.flows import FlowContext
 from agentr1_core.lifecycle.checkpoint import check_run_dir, latest_checkpoint
-from agentr1_core.lifecycle.episode_errors import report_episode_errors
+from agentr1_core.lifecycle.episode_errors import check_expert_steps, report_episode_errors
 from agentr1_core.lifecycle.metrics import MetricsLogger, write_episodes
 from agentr1_core.rollout.base import SamplingParams
 from agentr1_core.rollout.driver import current_episode_uid, rollout_async
 from agentr1_core.trainers.batching import build_step_batch, trajectories_to_rows
 from agentr1_core.trainers.metrics import (
-    end_iteration, episode_metric_means, peak_rss_mb, rollout_metrics, validation_metrics,
+    end_iteration, episode_metric_means, expert_problems, peak_rss_mb, rollout_metrics, validation_metrics,
 )
 from agentr1_core.trainers import roles
 from agentr1_core.trainers.seeding import EpisodeSeededEngine
@@ -323,8 +323,15 @@ class LocalTrainer:
         rows = self.next_rows(min(int(sft.rows), len(self.train_rows)))
         trajs, seconds = self.rollout(rows, 1, self.sampling, policy="expert", desc="expert rollouts",
                                       prefix="sft-")
-        report_episode_errors(self, trajs, "sft expert rollouts")
+        expert = rollout_metrics(trajs, seconds)
+        record: dict[str, Any] = {"event": "sft", "expert_episodes": len(trajs),
+                                  "expert_success_rate": expert["success_rate"],
+                                  "expert_reward_mean": expert["reward_mean"],
+                                  "expert_terminations": expert["terminations"],
+                                  "expert_tool_errors": expert["tool_errors"]}
+        report_episode_errors(self, trajs, "sft expert rollouts", record)
         steps = trajectories_to_rows(trajs)
+        check_expert_steps(trajs, len(steps.rows))
         for group in self.optimizer.param_groups[:1]:
             group["lr"] = float(sft.lr)
         gen = torch.Generator().manual_seed(int(self.cfg.seed))
@@ -335,13 +342,11 @@ class LocalTrainer:
             group["lr"] = float(self.cfg.trainer.lr)
         self.optimizer.state.clear()  # fresh moments for RL
         self.engine.sync_weights()
-        expert = rollout_metrics(trajs, seconds)
-        record = {"event": "sft", "expert_episodes": len(trajs), "expert_success_rate": expert["success_rate"],
-                  "sft_steps": len(steps.rows), **metrics, "peak_rss_mb": peak_rss_mb()}
+        record.update(sft_steps=len(steps.rows), **metrics, peak_rss_mb=peak_rss_mb())
         self.writer.write(record)
-        print(f"[sft] {len(trajs)} expert episodes (success {expert['success_rate']:.2f}), {len(steps.rows)} steps, "
-              f"{metrics['optimizer_steps']} updates, nll {metrics.get('sft_nll', float('nan')):.3f}, "
-              f"{metrics['update_tok_s']:.0f} tok/s", flush=True)
+        print(f"[sft] {len(trajs)} expert episodes (success {expert['success_rate']:.2f}{expert_problems(expert)}), "
+              f"{len(steps.rows)} steps, {metrics['optimizer_steps']} updates, "
+              f"nll {metrics.get('sft_nll', float('nan')):.3f}, {metrics['update_tok_s']:.0f} tok/s", flush=True)
         self.history["sft"] = record
         return record
 

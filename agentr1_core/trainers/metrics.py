@@ -45,9 +45,25 @@ def end_iteration(trainer: Any, metrics: dict[str, Any], started: float) -> dict
     return metrics
 
 
+def expert_problems(expert: dict[str, Any]) -> str:
+    """What went wrong in the expert demonstrations, for the ``[sft]`` line: tool errors and endings other than
+    ``done`` (``"; tool errors exception:2,timeout:1; ends max_turns:1"``), or ``""``."""
+    parts = []
+    errors = expert.get("tool_errors") or {}
+    if errors:
+        parts.append("tool errors " + ",".join(f"{k}:{v}" for k, v in sorted(errors.items())))
+    ends = {k: v for k, v in (expert.get("terminations") or {}).items() if k != "done"}
+    if ends:
+        parts.append("ends " + ",".join(f"{k}:{v}" for k, v in sorted(ends.items())))
+    return "".join(f"; {p}" for p in parts)
+
+
 def rollout_metrics(trajs: Sequence[Trajectory], seconds: float, success_threshold: float = 1.0) -> dict[str, Any]:
-    """Reward mean/std, success rate, steps per episode, termination counts, tool errors, tokens and tok/s."""
+    """Reward mean/std (the episode reward), the mean return (the sum of step rewards that trajectory-level
+    estimators score: the episode reward plus any env step rewards next to a reward function), success rate, steps
+    per episode, termination counts, tool errors, tokens and tok/s."""
     rewards = [float(t.final_reward) for t in trajs]
+    returns = [float(t.total_reward) for t in trajs if math.isfinite(float(t.total_reward))]
     finite = [r for r in rewards if math.isfinite(r)]
     tokens = sum(len(s.response_ids) for t in trajs for s in t.steps)
     prompt_tokens = sum(len(s.prompt_ids) for t in trajs for s in t.steps)
@@ -58,6 +74,7 @@ def rollout_metrics(trajs: Sequence[Trajectory], seconds: float, success_thresho
         "episodes": len(trajs),
         "reward_mean": statistics.fmean(finite) if finite else 0.0,
         "reward_std": statistics.pstdev(finite) if len(finite) > 1 else 0.0,
+        "return_mean": statistics.fmean(returns) if returns else 0.0,
         "success_rate": sum(t.success(success_threshold) for t in trajs) / len(trajs) if trajs else 0.0,
         "steps_per_episode": statistics.fmean([t.num_steps for t in trajs]) if trajs else 0.0,
         "terminations": dict(Counter(t.termination for t in trajs)),

@@ -127,6 +127,38 @@ def test_first_error_of_each_kind_is_reported_once_and_all_env_errors_stop(capsy
     assert first_errors([_traj("done")]) == {}
 
 
+def test_each_distinct_error_keeps_its_full_traceback_in_errors_log(tmp_path, capsys):
+    run = _Run()
+    run.run_dir = tmp_path
+    deep = ("Traceback (most recent call last):\n  File \"loop.py\", line 1, in run\n"
+            "  File \"my_env.py\", line 9, in step\n    scores[key]\nKeyError: 'scoreboard missing'\n")
+    report_episode_errors(run, [_traj("env_error", deep), _traj("env_error", deep), _traj("done")], "it 1", {})
+    out = capsys.readouterr().out
+    assert f"first env_error: KeyError: 'scoreboard missing' (traceback in {tmp_path / 'errors.log'})" in out
+    report_episode_errors(run, [_traj("env_error", deep), _traj("engine_error", "boom")], "it 2", {})
+    log = (tmp_path / "errors.log").read_text()
+    assert log.count("KeyError: 'scoreboard missing'") == 1 and 'File "my_env.py", line 9, in step' in log
+    assert "it 1, episode" in log and "it 2, episode" in log and log.count("boom") == 1
+    assert run._logged_errors == {"env_error: KeyError: 'scoreboard missing'": 3, "engine_error: boom": 1}
+
+
+def test_resume_takes_the_saved_config_and_names_what_differs(tmp_path, capsys):
+    from agentr1_core.lifecycle.run_dir import ResumeMismatch, resume_config, save_config
+
+    run_dir = tmp_path / "run"
+    assert resume_config(_cfg(run_dir), []).trainer.total_steps == 1  # nothing saved: the config as given
+    save_config(_cfg(run_dir, "trainer.total_steps=4"), run_dir)
+    kept = resume_config(_cfg(run_dir), [])
+    assert kept.trainer.total_steps == 4
+    assert "trainer.total_steps: keeping the run's 4 (the config given says 1)" in capsys.readouterr().out
+    longer = resume_config(_cfg(run_dir, "trainer.total_steps=6"), ["trainer.total_steps=6"])
+    assert longer.trainer.total_steps == 6 and "trainer.total_steps: 4 -> 6" in capsys.readouterr().out
+    with pytest.raises(ResumeMismatch, match=r"env.max_turns \(saved 3, now 5\), seed \(saved 0, now 1\)"):
+        resume_config(_cfg(run_dir, "trainer.total_steps=4", "env.max_turns=5", "seed=1"), ["env.max_turns=5"])
+    with pytest.raises(ResumeMismatch, match=r"at env.name \(saved 'tool_env', now 'other'\)"):
+        resume_config(_cfg(run_dir, "trainer.total_steps=4", "env.name=other"), [])
+
+
 @pytest.mark.slow
 def test_a_run_whose_every_episode_hits_an_env_error_stops_with_the_first_error(tmp_path, tiny_model_dir):
     from agentr1_core.plugins import configure_registry

@@ -32,6 +32,7 @@ class _Rendezvous(BaseTool):
     description = "waits for its partner"
     parameters = {"type": "object", "properties": {"who": {"type": "string"}}, "required": ["who"]}
     timeout = 5.0
+    runs_in_thread = False  # its calls share asyncio events, which belong to one event loop
 
     def __init__(self):
         self.arrived: dict[str, asyncio.Event] = {}
@@ -131,6 +132,49 @@ def test_expert_episode_carries_exact_token_ids(smol_tokenizer):
     assert second.prompt_ids == render_prompt(smol_tokenizer, first.next_observation)
     assert "42" in smol_tokenizer.decode(second.prompt_ids[len(first.prompt_ids):])
     assert second.reward == 1.0 and first.reward == 0.0
+
+
+class _PayingEnv(AgentEnv):
+    """A user's env: pays 0.25 per step and 1.0 on "stop"; its reset knows nothing about experts."""
+
+    async def reset(self, row):
+        self.turn = 0
+        return Observation(messages=[{"role": "user", "content": str(row["prompt"])}])
+
+    async def step(self, action):
+        self.turn += 1
+        won = action.text.strip() == "stop"
+        return StepResult(observation=Observation(text=f"turn {self.turn}"), reward=1.0 if won else 0.25,
+                          done=won, feedback="correct" if won else "again")
+
+
+def test_without_a_reward_function_the_env_step_rewards_are_the_episode_reward(smol_tokenizer):
+    engine = _ScriptedEngine(smol_tokenizer, ["go", "go", "stop"])
+    loop = AgentEnvLoop(_ctx(smol_tokenizer, engine, env_config={"name": "x"}, reward_fn=None, max_turns=5))
+    loop.make_env = lambda row: _PayingEnv()
+    traj = run_async(loop.run({"prompt": "play"}))
+    assert [s.reward for s in traj.steps] == [0.25, 0.25, 1.0]
+    assert traj.final_reward == 1.5 == traj.total_reward and traj.success()
+    assert traj.info["reward_source"] == "env"
+
+
+def test_a_reward_function_result_is_the_episode_reward_and_env_rewards_stay_in_the_steps(smol_tokenizer):
+    engine = _ScriptedEngine(smol_tokenizer, ["go", "stop"])
+    loop = AgentEnvLoop(_ctx(smol_tokenizer, engine, env_config={"name": "x"}, reward_fn=lambda traj, row: 0.5))
+    loop.make_env = lambda row: _PayingEnv()
+    traj = run_async(loop.run({"prompt": "play"}))
+    assert traj.final_reward == 0.5 and not traj.success()
+    assert [s.reward for s in traj.steps] == [0.25, 1.5] and traj.info["reward_source"] == "reward_fn"
+
+
+def test_any_env_replays_the_rows_expert_actions(smol_tokenizer):
+    loop = AgentEnvLoop(_ctx(smol_tokenizer, env_config={"name": "x"}, policy="expert", max_turns=5))
+    loop.make_env = lambda row: _PayingEnv()
+    traj = run_async(loop.run({"prompt": "play", "expert_actions": ["go", "stop"]}))
+    assert [s.action_text for s in traj.steps] == ["go", "stop"] and traj.termination == "done"
+    assert traj.final_reward == 1.25
+    empty = run_async(loop.run({"prompt": "play"}))  # no demonstration: the expert has nothing to say
+    assert empty.steps == [] and empty.termination == "expert_exhausted"
 
 
 def test_engine_failure_and_env_crash_end_the_episode_cleanly(smol_tokenizer):

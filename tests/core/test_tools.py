@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
@@ -83,3 +84,90 @@ def test_openai_schema_shape():
     assert schema["type"] == "function"
     assert schema["function"]["name"] == "calculator"
     assert schema["function"]["parameters"]["required"] == ["expression"]
+
+
+class _Blocking(BaseTool):
+    """Blocks its thread like a synchronous client inside async code."""
+
+    name = "blocking"
+    description = "sleeps without awaiting"
+    timeout = 0.3
+
+    def __init__(self, seconds: float = 2.0):
+        self.seconds = seconds
+
+    async def execute(self):
+        import time
+
+        time.sleep(self.seconds)
+        return "done"
+
+
+def test_a_blocking_tool_times_out_without_stalling_the_event_loop():
+    async def go():
+        ticks = 0
+
+        async def ticker():
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        task = asyncio.ensure_future(ticker())
+        result = await call_tool(_Blocking(), {})
+        seen = ticks
+        task.cancel()
+        return result, seen
+
+    result, ticks = run_async(go())
+    assert result.error == "timeout" and "timed out after 0.3s" in result.text
+    assert ticks > 0  # the other episodes' coroutines kept running while the tool blocked
+
+
+def test_a_fast_blocking_tool_and_a_plain_function_tool_return_normally():
+    class Plain(BaseTool):
+        name = "plain"
+        description = "a synchronous execute"
+        parameters = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}
+
+        def execute(self, x):
+            return str(x * 2)
+
+    assert run_async(call_tool(_Blocking(seconds=0.01), {})).text == "done"
+    assert run_async(call_tool(Plain(), {"x": 21})).text == "42"
+
+
+def test_a_hanging_awaiting_tool_in_its_thread_is_cancelled_after_the_timeout():
+    import threading
+    import time
+
+    result = run_async(call_tool(_Tool(), {"mode": "hang"}))
+    assert result.error == "timeout"
+    for _ in range(200):  # its thread ends once the cancellation reaches the tool's own loop
+        if not any(t.name == "agentr1-tool-probe" for t in threading.enumerate()):
+            break
+        time.sleep(0.01)
+    assert not any(t.name == "agentr1-tool-probe" for t in threading.enumerate())
+
+
+@pytest.mark.parametrize("value,error,problems", [
+    (None, "bad_output", None),
+    ({"answer": 42}, None, ["non_string_output"]),
+    ([1, 2], None, ["non_string_output"]),
+    (7, None, ["non_string_output"]),
+])
+def test_non_string_results_are_errors_or_flagged(value, error, problems):
+    class Odd(BaseTool):
+        name = "odd"
+        description = "returns something that is not a string"
+
+        async def execute(self):
+            return value
+
+    result = run_async(call_tool(Odd(), {}))
+    assert result.error == error
+    assert result.info.get("output_problems") == problems
+    if error:
+        assert "returned None" in result.text
+    else:
+        assert result.text == json.dumps(value)

@@ -10,7 +10,7 @@ import pytest
 from agentr1_core.cli import main
 
 ITERATION_KEYS = {
-    "iteration", "reward_mean", "reward_std", "success_rate", "steps_per_episode", "terminations", "tool_errors",
+    "iteration", "reward_mean", "reward_std", "return_mean", "success_rate", "steps_per_episode", "terminations", "tool_errors",
     "tokens_generated", "rollout_tok_s", "update_tok_s", "loss", "entropy", "grad_norm", "clip_fraction",
     "train_steps", "optimizer_steps", "skipped_steps", "weight_change", "nonfinite_logprob_steps", "peak_rss_mb",
     "prefix_hit_rate",

@@ -5,9 +5,9 @@ query, name, product_category). The model sees a flat context every step: the in
 actions, the current page and the actions available there. ``click[buy now]`` ends the episode with the WebShop
 reward (``info["reward_breakdown"]``; success = reward 1.0). An action that cannot be parsed or is not available is
 answered with an error observation and the episode goes on; after ``max_steps`` actions without a purchase the
-episode is truncated with reward 0. With ``step_reward=False`` the purchase step pays 0 and the reward is only
-reported in ``info`` (the ``webshop_score`` reward then makes it the episode's final reward, which validation
-metrics read). ``expert_action`` scripts the shortest way to the goal (warm-start data).
+episode is truncated with reward 0. The env pays the reward itself (``reward: null`` in a config), so the purchase
+reward is the episode's reward in training, validation and the episode logs. ``expert_action`` scripts the shortest
+way to the goal (warm-start data).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ SYSTEM_PROMPT = (
 class WebShopEnv(AgentEnv):
     def __init__(self, products: str = "", prices: str = "", max_steps: int = 15, history: int = 3,
                  noun_tagger: str = "perceptron", top_k: int = 50, per_page: int = 10, max_page_chars: int = 3000,
-                 show_actions: bool = True, system_prompt: str = SYSTEM_PROMPT, step_reward: bool = True,
+                 show_actions: bool = True, system_prompt: str = SYSTEM_PROMPT,
                  catalog: Catalog | None = None) -> None:
         if catalog is None and not products:
             raise ValueError("the webshop env needs products=PATH (a processed-products JSONL) "
@@ -44,7 +44,7 @@ class WebShopEnv(AgentEnv):
         self.catalog = catalog or load_catalog(products, prices)
         self.max_steps, self.history, self.noun_tagger = max_steps, history, noun_tagger
         self.top_k, self.per_page, self.max_page_chars = top_k, per_page, max_page_chars
-        self.show_actions, self.system_prompt, self.step_reward = show_actions, system_prompt, step_reward
+        self.show_actions, self.system_prompt = show_actions, system_prompt
         self.goal: dict[str, Any] = {}
         self.shop = Shop(self.catalog, top_k, per_page)
         self.actions: list[str] = []
@@ -77,7 +77,7 @@ class WebShopEnv(AgentEnv):
             info.update(reward_breakdown=result.as_dict(), webshop_reward=result.reward,
                         success=result.reward == 1.0, bought=self.shop.asin)
             feedback = f"You bought {product['Title'][:100]}. Reward: {result.reward:.3f}"
-            return StepResult(observation=None, reward=result.reward if self.step_reward else 0.0, done=True,
+            return StepResult(observation=None, reward=result.reward, done=True,
                               feedback=feedback, info=info)
         feedback = "" if outcome.valid else f"Invalid action: {outcome.error}"
         truncated = self.steps >= self.max_steps

@@ -1,11 +1,10 @@
-"""Registers the WebShop env, goal dataset, ``webshop_score`` reward, the ``webshop prepare`` command and the named
-configs with agentr1 (lazy factories: listing plugins imports nothing heavy)."""
+"""Registers the WebShop env, goal dataset, the ``webshop prepare`` command and the named configs with agentr1 (lazy factories: listing plugins imports nothing heavy)."""
 
 from __future__ import annotations
 
 from agentr1_core.hookspecs import hookimpl
 from agentr1_core.named_configs import package_configs
-from agentr1_core.specs import CommandSpec, DatasetSpec, EnvSpec, RewardSpec
+from agentr1_core.specs import CommandSpec, DatasetSpec, EnvSpec
 
 PKG = "agentr1_env_webshop"
 
@@ -20,12 +19,6 @@ def agentr1_envs():
 def agentr1_datasets():
     return [DatasetSpec("webshop", "agentr1_env_webshop.data:load_goals",
                         "WebShop goals (synthetic or human) as rows, split by index ranges like the original")]
-
-
-@hookimpl
-def agentr1_rewards():
-    return [RewardSpec("webshop_score", f"{PKG}.score:webshop_score",
-                       "the WebShop purchase reward as the final reward (with the env's step_reward: false)")]
 
 
 @hookimpl

@@ -15,29 +15,33 @@ DATA = Path(__file__).parent / "data"
 RECIPE = "webshop-cpu"  # the named config this distribution ships (configs/webshop-cpu.yaml in the package)
 
 
-def test_purchase_reward_becomes_the_final_reward_once(make_env, synthetic_goals):
-    from agentr1_core.mdp import Action, Step, Trajectory
-    from agentr1_core.plugins import configure_registry
+def test_purchase_reward_is_the_episode_reward_without_a_reward_function(make_env, smollm2_tokenizer):
+    """``reward: null``: the env pays the purchase reward on the buy step, and that is the episode's reward and
+    success in training, metrics and episode logs (through the real agent loop, the scripted expert acting)."""
+    from agentr1_core.flows import AgentEnvLoop, FlowContext
+    from agentr1_core.lifecycle.metrics import episode_record
+    from agentr1_core.rollout.base import SamplingParams
+    from agentr1_core.trainers.metrics import validation_metrics
     from agentr1_env_webshop.data import load_goals
 
-    row = load_goals(str(DATA / "goals_synthetic_slice.json"), split="all")[0]
-    env = make_env(step_reward=False, max_steps=10)
+    rows = load_goals(str(DATA / "goals_synthetic_slice.json"), split="all")[:4]
 
-    async def expert_episode():
-        await env.reset(row)
-        results = []
-        while not results or not (results[-1].done or results[-1].truncated):
-            results.append(await env.step(Action(env.expert_action(), [], [])))
-        return results
+    class Loop(AgentEnvLoop):
+        def make_env(self, row):
+            return make_env(max_steps=10)
 
-    results = asyncio.run(expert_episode())
-    assert results[-1].done and [r.reward for r in results] == [0.0] * len(results)  # nothing paid in the steps
-    paid = results[-1].info["webshop_reward"]
-    assert 0.0 < paid <= 1.0
-    traj = Trajectory()
-    traj.steps = [Step([1], [2], [0.0], info=dict(r.info)) for r in results]
-    score = configure_registry([], []).load("reward", "webshop_score")  # through the installed entry point
-    assert score(traj, row) == paid and score(Trajectory(), row) == 0.0
+    ctx = FlowContext(engine=None, tokenizer=smollm2_tokenizer, sampling=SamplingParams(), reward_fn=None,
+                      max_turns=10, max_prompt_tokens=100_000, policy="expert")
+    trajs = [asyncio.run(Loop(ctx).run(row)) for row in rows]
+    paid = [t.steps[-1].info.get("webshop_reward", 0.0) for t in trajs]
+    assert any(p > 0 for p in paid)  # the expert buys something
+    for traj, reward in zip(trajs, paid):
+        assert traj.final_reward == reward == sum(s.reward for s in traj.steps)
+        assert episode_record(traj)["reward"] == reward
+        assert episode_record(traj)["success"] == (reward == 1.0)
+    metrics = validation_metrics(trajs)
+    assert metrics["reward_mean"] == sum(paid) / len(paid)
+    assert metrics["success_rate"] == sum(p == 1.0 for p in paid) / len(paid)
 
 
 @pytest.mark.slow

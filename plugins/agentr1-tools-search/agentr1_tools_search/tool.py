@@ -42,6 +42,7 @@ class SearchTool(BaseTool):
         "properties": {"query": {"type": "string", "description": "what to look for, a few keywords"}},
         "required": ["query"],
     }
+    runs_in_thread = False  # execute hands the search to a worker thread itself
 
     def __init__(self, corpus: str = "", index: str = "", retriever: str = "bm25", dense_model: str = "",
                  url: str = "", top_k: int = 3, max_chars: int = 400, max_query_chars: int = 300,
