@@ -43,6 +43,11 @@ class ToolFormat:
         """Text for the system prompt telling the model how to call ``tools`` (OpenAI schemas)."""
         raise NotImplementedError
 
+    def format_call(self, name: str, arguments: Any) -> str:
+        """The text the model writes for one call (to show a call that the model did not write, e.g. a history an
+        OpenAI-client agent built itself)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot write calls")
+
 
 class HermesFormat(ToolFormat):
     """``<tool_call>{json}</tool_call>`` blocks; results go back as ``tool`` messages wrapped in ``<tool_response>``."""
@@ -79,6 +84,9 @@ class HermesFormat(ToolFormat):
     def result_message(self, call: ParsedCall, result_text: str) -> dict[str, Any]:
         return {"role": "tool", "name": call.name or "error",
                 "content": f"<tool_response>\n{result_text}\n</tool_response>"}
+
+    def format_call(self, name: str, arguments: Any) -> str:
+        return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False) + "</tool_call>"
 
     def instructions(self, tools: list[dict[str, Any]]) -> str:
         listing = "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)

@@ -37,8 +37,10 @@ def ground_truth(row: dict[str, Any]) -> Any:
 
 
 class AnswerMatch:
-    """1.0 when the last step's answer equals the ground truth (numerically if both are numbers), else 0.0;
-    ``format_reward`` is given for a well-formed ``<answer>`` tag with a wrong answer."""
+    """1.0 when the episode's answer equals the ground truth (numerically if both are numbers), else 0.0;
+    ``format_reward`` is given for a well-formed ``<answer>`` tag with a wrong answer. The answer is the last step's
+    ``<answer>`` (or last number, unless ``tag_required``), or ``traj.info["answer"]`` when the flow recorded one
+    (the value an OpenAI-client agent returned; an ``<answer>`` tag in it is read, else the whole text)."""
 
     def __init__(self, tag_required: bool = True, format_reward: float = 0.0) -> None:
         self.tag_required = tag_required
@@ -47,7 +49,12 @@ class AnswerMatch:
     def __call__(self, traj: Trajectory, row: dict[str, Any]) -> float:
         if not traj.steps or traj.termination != "done":
             return 0.0
-        answer = final_answer(traj.steps[-1].action_text, self.tag_required)
+        given = traj.info.get("answer")
+        if given is not None:
+            tagged = _ANSWER.findall(str(given))
+            answer: str | None = tagged[-1].strip() if tagged else str(given).strip()
+        else:
+            answer = final_answer(traj.steps[-1].action_text, self.tag_required)
         if answer is None:
             return 0.0
         truth = ground_truth(row)

@@ -1,0 +1,144 @@
+"""OpenAI chat messages to the model's chat messages, and the model's text back to an OpenAI chat completion.
+
+A request's ``tools`` become the tool format's instructions in the system message, exactly as ``ToolEnv`` writes
+them, so an agent behind the gateway sees the prompts a native ``tool_env`` agent sees. An assistant message that
+the gateway produced earlier in the episode is shown to the model as the text the model really wrote (looked up by
+its tool-call ids or its content), never re-written from the parsed form; a tool message becomes the format's result
+message. Only an assistant message the gateway never produced (a history the agent built itself) is written from its
+parts with ``ToolFormat.format_call``.
+
+This module does no I/O and knows no engine.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentr1_core.tool_formats import ParsedCall, ParsedTurn, ToolFormat
+
+ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+class BadRequest(ValueError):
+    """A request the gateway cannot serve; its message goes back to the agent as an OpenAI-style 400 error."""
+
+
+def text_of(content: Any) -> str:
+    """A message's content as text: a string, None, or a list of ``{"type": "text", "text": ...}`` parts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "text":
+                raise BadRequest("only text content parts are supported")
+            parts.append(str(part.get("text", "")))
+        return "".join(parts)
+    raise BadRequest(f"message content must be a string or a list of text parts, got {type(content).__name__}")
+
+
+@dataclass
+class Issued:
+    """What the gateway answered in one episode: the model's raw text per tool-call id and per content."""
+
+    by_call_id: dict[str, tuple[str, str]] = field(default_factory=dict)  # id -> (raw text, tool name)
+    by_content: dict[str, str] = field(default_factory=dict)  # returned content -> raw text
+
+    def remember(self, raw: str, content: str | None, calls: list[dict[str, Any]]) -> None:
+        for call in calls:
+            self.by_call_id[call["id"]] = (raw, call["function"]["name"])
+        if not calls and content is not None:
+            self.by_content[content] = raw
+
+
+def tool_schemas(tools: Any) -> list[dict[str, Any]]:
+    if tools is None:
+        return []
+    if not isinstance(tools, list) or not all(isinstance(t, dict) and t.get("type") == "function" for t in tools):
+        raise BadRequest("tools must be a list of {\"type\": \"function\", \"function\": {...}} objects")
+    return tools
+
+
+def model_messages(messages: Any, tools: Any, fmt: ToolFormat, issued: Issued) -> list[dict[str, str]]:
+    """The chat messages the model is shown for an OpenAI ``messages`` list (see the module docstring)."""
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("messages must be a non-empty list")
+    schemas = tool_schemas(tools)
+    instructions = fmt.instructions(schemas) if schemas else ""
+    out: list[dict[str, str]] = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or message.get("role") not in ROLES:
+            raise BadRequest(f"messages[{i}]: each message needs a role among {', '.join(ROLES)}")
+        role, content = message["role"], text_of(message.get("content"))
+        if role in ("system", "developer"):
+            if instructions and not any(m["role"] == "system" for m in out):
+                content = "\n\n".join(p for p in (content, instructions) if p)
+            out.append({"role": "system", "content": content})
+        elif role == "user":
+            out.append({"role": "user", "content": content})
+        elif role == "assistant":
+            out.append({"role": "assistant", "content": _assistant_text(message, content, fmt, issued, i)})
+        else:
+            call_id = str(message.get("tool_call_id") or "")
+            name = issued.by_call_id.get(call_id, ("", str(message.get("name") or "")))[1]
+            out.append(fmt.result_message(ParsedCall(name=name), content))
+    if instructions and not any(m["role"] == "system" for m in out):
+        out.insert(0, {"role": "system", "content": instructions})
+    return out
+
+
+def _assistant_text(message: dict[str, Any], content: str, fmt: ToolFormat, issued: Issued, i: int) -> str:
+    calls = message.get("tool_calls") or []
+    if calls:
+        first = calls[0].get("id") if isinstance(calls[0], dict) else None
+        if first in issued.by_call_id:
+            return issued.by_call_id[first][0]
+        parts = [content] if content else []
+        for call in calls:
+            try:
+                fn = call["function"]
+                args = fn.get("arguments") or "{}"
+                parts.append(fmt.format_call(fn["name"], json.loads(args) if isinstance(args, str) else args))
+            except (KeyError, TypeError, json.JSONDecodeError) as exc:
+                raise BadRequest(f"messages[{i}].tool_calls: not an OpenAI tool call ({exc})") from exc
+        return "".join(parts)
+    return issued.by_content.get(content, content)
+
+
+def openai_tool_calls(turn: ParsedTurn) -> list[dict[str, Any]]:
+    """The well-formed calls of a parsed turn in the OpenAI ``tool_calls`` shape (with fresh ids)."""
+    return [{"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+             "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)}}
+            for c in turn.calls if c.error is None]
+
+
+def completion(raw: str, turn: ParsedTurn, calls: list[dict[str, Any]], finish_reason: str, model: str,
+               prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+    """An OpenAI ``chat.completion`` object. With well-formed calls, ``content`` is the text outside them (or None)
+    and the finish reason ``tool_calls``; otherwise ``content`` is the whole text."""
+    content: str | None = raw
+    if calls:
+        content = turn.content or None
+        finish_reason = "tool_calls"
+    elif finish_reason not in ("stop", "length"):
+        finish_reason = "stop"
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if calls:
+        message["tool_calls"] = calls
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "object": "chat.completion", "created": int(time.time()),
+        "model": model, "choices": [{"index": 0, "message": message, "finish_reason": finish_reason,
+                                     "logprobs": None}],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                  "total_tokens": prompt_tokens + completion_tokens},
+    }
+
+
+def error_body(message: str, kind: str = "invalid_request_error", code: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}

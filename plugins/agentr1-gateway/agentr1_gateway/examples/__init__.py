@@ -1,0 +1,1 @@
+"""Agents written against the plain OpenAI client, trained through the gateway."""

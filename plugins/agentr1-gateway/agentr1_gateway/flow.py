@@ -1,0 +1,235 @@
+"""``openai_agent``: train an agent written against the OpenAI client, unchanged. Each completion call is one step.
+
+For every row the flow starts an ``EpisodeGateway`` (its own port on 127.0.0.1 and its own key), then runs the user's
+function ``agent(task, client)`` in a thread of its own, with ``client`` an ``openai.OpenAI`` already pointed at the
+gateway. ``task`` is the dataset row without its answer (``reward_model``) and demonstrations (``expert_actions``).
+A function that also takes ``endpoint`` gets ``Endpoint(base_url, api_key, model)``, for clients other than
+``openai``. The recorded calls become the episode's steps in arrival order, each with exactly the prompt ids the
+engine saw and the response ids and log-probs it returned.
+
+What the function returns: a number (the episode's reward when the config has no reward function; recorded as the
+metric ``agent_reward`` either way), a string (the answer, ``traj.info["answer"]``, which ``answer_match`` reads), a
+dict with ``reward``, ``answer`` and ``metrics``, or None.
+
+How an episode ends: ``done`` when the function returns after at least one call; ``max_turns`` when it called more
+than ``rollout.max_turns`` times; ``context_limit`` when a prompt was over ``rollout.max_prompt_tokens``;
+``engine_error`` when generation failed; ``env_error`` when the function raised, did not return within ``timeout``
+seconds (the thread is left to finish on its own; its later calls are refused), or returned without calling the
+model. The agent sees each refusal as an OpenAI error (``openai.BadRequestError``, ``RateLimitError``, ...).
+
+Warm-start SFT (``policy = "expert"``): the gateway answers the i-th call with the row's i-th ``expert_actions``
+text instead of sampling, so the same agent code produces the demonstration episodes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import importlib
+import importlib.util
+import inspect
+import sys
+import threading
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from agentr1_core.flows import AgentFlowBase, FlowContext
+from agentr1_core.mdp import Action, Step, Trajectory
+from agentr1_core.rollout.base import SamplingParams
+from agentr1_gateway.server import EpisodeGateway
+
+HIDDEN_FROM_AGENT = ("reward_model", "expert_actions")
+ENDINGS = {"max_turns": "max_turns", "context_length_exceeded": "context_limit", "generation_failed": "engine_error"}
+
+
+@dataclass
+class Endpoint:
+    base_url: str
+    api_key: str
+    model: str
+
+
+def load_agent(spec: str) -> Callable[..., Any]:
+    """``package.module:function`` or ``path/to/file.py:function``."""
+    target, sep, name = spec.rpartition(":")
+    if not sep or not target or not name:
+        raise ValueError(f"agent must look like 'package.module:function' or 'file.py:function', got {spec!r}")
+    if target.endswith(".py"):
+        path = Path(target).expanduser()
+        if not path.is_file():
+            raise ValueError(f"agent file not found: {path}")
+        module_name = f"agentr1_user_agent_{abs(hash(str(path.resolve())))}"
+        module = sys.modules.get(module_name)
+        if module is None:
+            loaded = importlib.util.spec_from_file_location(module_name, path)
+            assert loaded is not None and loaded.loader is not None
+            module = importlib.util.module_from_spec(loaded)
+            sys.modules[module_name] = module
+            loaded.loader.exec_module(module)
+    else:
+        try:
+            module = importlib.import_module(target)
+        except ImportError as exc:
+            raise ValueError(f"cannot import the agent's module {target!r}: {exc}") from exc
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise ValueError(f"{target} has no function {name!r}")
+    return fn
+
+
+class _ExpertReplies:
+    """The row's ``expert_actions``, one per call (what ``AgentFlowBase.act`` asks an env for in expert mode)."""
+
+    def __init__(self, row: dict[str, Any]) -> None:
+        self.actions = list(row.get("expert_actions") or [])
+
+    def expert_action(self) -> str | None:
+        return self.actions.pop(0) if self.actions else None
+
+
+async def _in_daemon_thread(fn: Callable[[], Any], timeout: float) -> Any:
+    """``fn()`` in a daemon thread; ``asyncio.TimeoutError`` after ``timeout`` s (the thread is left running)."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[Any] = loop.create_future()
+
+    def settle(ok: bool, value: Any) -> None:
+        if done.done():
+            return
+        if ok:
+            done.set_result(value)
+        else:
+            done.set_exception(value)
+
+    def work() -> None:
+        try:
+            outcome = (True, fn())
+        except BaseException as exc:  # noqa: BLE001 - raised again on the caller's loop
+            outcome = (False, exc if isinstance(exc, Exception) else RuntimeError(repr(exc)))
+        try:
+            loop.call_soon_threadsafe(settle, *outcome)
+        except RuntimeError:  # the rollout's loop is closed: nobody waits any more
+            pass
+
+    threading.Thread(target=contextvars.copy_context().run, args=(work,), daemon=True,
+                     name="agentr1-openai-agent").start()
+    return await asyncio.wait_for(done, timeout)
+
+
+def _news(before: Any, after: Any) -> str:
+    """What the agent added between two calls (tool results, new user turns) when the second prompt extends the
+    first with its answer; ``""`` when the agent rewrote its context or there is no next call."""
+    if after is None:
+        return ""
+    old, new = before.messages or [], after.messages or []
+    if new[:len(old)] != old:
+        return ""
+    added = new[len(old):]
+    if added and added[0].get("role") == "assistant":
+        added = added[1:]
+    return "\n".join(str(m.get("content", "")) for m in added)
+
+
+class OpenAIAgentFlow(AgentFlowBase):
+    def __init__(self, ctx: FlowContext, agent: str, timeout: float = 300.0, tool_format: str = "hermes",
+                 model_name: str = "agentr1-policy", agent_params: dict[str, Any] | None = None) -> None:
+        super().__init__(ctx)
+        if timeout <= 0:
+            raise ValueError(f"timeout must be positive, got {timeout}")
+        from agentr1_core.plugins import get_registry
+
+        self.agent = load_agent(agent)
+        self.timeout = float(timeout)
+        self.tool_format = get_registry().build("tool_format", tool_format, where="agent_flow.tool_format")
+        self.model_name = model_name
+        self.agent_params = dict(agent_params or {})
+
+    async def _respond(self, prompt_ids: list[int], sampling: SamplingParams, expert: _ExpertReplies | None) -> Action:
+        if expert is not None:
+            return await self.act(prompt_ids, expert)
+        gen = await self.ctx.engine.generate(prompt_ids, sampling)
+        return Action(gen.text, list(gen.token_ids), list(gen.logprobs), finish_reason=gen.finish_reason)
+
+    def _call_agent(self, task: dict[str, Any], base_url: str, key: str) -> Any:
+        import openai
+
+        client = openai.OpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=self.timeout,
+                               http_client=openai.DefaultHttpxClient(trust_env=False))
+        kwargs = dict(self.agent_params)
+        if "endpoint" in inspect.signature(self.agent).parameters:
+            kwargs["endpoint"] = Endpoint(base_url, key, self.model_name)
+        try:
+            return self.agent(task, client, **kwargs)
+        finally:
+            client.close()
+
+    async def run(self, row: dict[str, Any]) -> Trajectory:
+        traj = Trajectory(data_source=str(row.get("data_source", "default")))
+        expert = _ExpertReplies(row) if self.ctx.policy == "expert" else None
+        gateway = EpisodeGateway(respond=lambda ids, sampling: self._respond(ids, sampling, expert),
+                                 tokenizer=self.ctx.tokenizer, tool_format=self.tool_format,
+                                 sampling=self.ctx.sampling, max_prompt_tokens=self.ctx.max_prompt_tokens,
+                                 max_calls=self.ctx.max_turns, model_name=self.model_name)
+        task = {k: v for k, v in row.items() if k not in HIDDEN_FROM_AGENT}
+        value, error = None, None
+        base_url = await gateway.start()
+        try:
+            value = await _in_daemon_thread(lambda: self._call_agent(task, base_url, gateway.key), self.timeout)
+        except asyncio.TimeoutError:
+            error = f"TimeoutError: the agent did not return within {self.timeout:g}s"
+        except Exception:
+            error = traceback.format_exc()
+        finally:
+            await gateway.close()
+        calls = sorted(gateway.calls, key=lambda c: c.index)
+        for i, call in enumerate(calls):
+            after = calls[i + 1].observation if i + 1 < len(calls) else None
+            traj.steps.append(Step(call.prompt_ids, call.action.token_ids, call.action.logprobs,
+                                   action_text=call.action.text, observation=call.observation, next_observation=after,
+                                   feedback=_news(call.observation, after),
+                                   info={"finish_reason": call.action.finish_reason, "call": call.index,
+                                         "requested_model": call.model}))
+        self._end(traj, gateway, error)
+        if error is None:
+            self._take_result(traj, value)
+        if gateway.refusals:
+            traj.info["refusals"] = [f"{r.status} {r.code}: {r.message}" for r in gateway.refusals]
+        traj.metrics["model_calls"] = float(len(gateway.calls))
+        return self.finish(traj, row)
+
+    @staticmethod
+    def _end(traj: Trajectory, gateway: EpisodeGateway, error: str | None) -> None:
+        limits = [ENDINGS[r.code] for r in gateway.refusals if r.code in ENDINGS]
+        if limits:
+            traj.termination = limits[0]
+        elif error is not None:
+            traj.termination = "env_error"
+        elif not traj.steps:
+            traj.termination = "env_error"
+            error = "RuntimeError: the agent returned without calling the model"
+        else:
+            traj.termination = "done"
+            traj.steps[-1].done = True
+        if error is not None:
+            traj.info["error"] = error
+        if traj.termination != "done" and traj.steps:
+            traj.steps[-1].truncated = True
+
+    def _take_result(self, traj: Trajectory, value: Any) -> None:
+        reward, answer = None, None
+        if isinstance(value, dict):
+            reward, answer = value.get("reward"), value.get("answer")
+            for key, metric in (value.get("metrics") or {}).items():
+                if isinstance(metric, (int, float)) and not isinstance(metric, bool):
+                    traj.metrics[str(key)] = float(metric)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            reward = value
+        elif isinstance(value, str):
+            answer = value
+        if answer is not None:
+            traj.info["answer"] = str(answer)
+        if reward is not None and not isinstance(reward, bool):
+            traj.metrics["agent_reward"] = float(reward)
+            if self.ctx.reward_fn is None and traj.steps:
+                traj.steps[-1].reward += float(reward)

@@ -1,0 +1,16 @@
+"""Registers the ``openai_agent`` flow and the named configs of ``agentr1_gateway/configs/`` with agentr1."""
+
+from agentr1_core import hookimpl
+from agentr1_core.named_configs import package_configs
+from agentr1_core.specs import AgentFlowSpec
+
+
+@hookimpl
+def agentr1_agent_flows():
+    return [AgentFlowSpec("openai_agent", "agentr1_gateway.flow:OpenAIAgentFlow",
+                          "run an existing OpenAI-client agent function; each chat-completion call is one step")]
+
+
+@hookimpl
+def agentr1_configs():
+    return package_configs("agentr1_gateway")  # e.g. agentr1-core run calculator-openai
