@@ -193,3 +193,26 @@ def test_a_history_the_agent_wrote_itself_is_rendered_with_the_tool_format(token
     assert json.loads(shown[2]["content"][len("<tool_call>"):-len("</tool_call>")]) == {"name": "calc",
                                                                                        "arguments": {"x": 1}}
     assert shown[3] == {"role": "tool", "name": "calc", "content": "<tool_response>\n2\n</tool_response>"}
+
+
+def test_a_request_from_another_machine_is_refused(tokenizer):
+    from unittest import mock
+
+    from aiohttp.test_utils import make_mocked_request
+
+    gateway = EpisodeGateway(respond=None, tokenizer=tokenizer, tool_format=_hermes(), sampling=SamplingParams())
+
+    async def handler(request):
+        raise AssertionError("the handler must not run")
+
+    async def go(peer):
+        transport = mock.Mock()
+        transport.get_extra_info.side_effect = lambda name, default=None: peer if name == "peername" else default
+        request = make_mocked_request("POST", "/v1/chat/completions", transport=transport,
+                                      headers={"Authorization": f"Bearer {gateway.key}"})
+        return await gateway._guard(request, handler)
+
+    refused = asyncio.run(go(("192.0.2.7", 4242)))
+    assert refused.status == 403 and json.loads(refused.body)["error"]["type"] == "permission_error"
+    with pytest.raises(AssertionError, match="must not run"):  # the same request from this machine gets through
+        asyncio.run(go(("127.0.0.1", 4242)))
