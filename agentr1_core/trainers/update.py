@@ -338,7 +338,7 @@ def policy_update(policy: Policy, algorithm: Algorithm, optimizer: torch.optim.O
                 stats.inert_rows += len(mini) - len(active)
                 if not active:  # what the full pass would leave: zero loss and gradients; the optimizer steps the same
                     zero_grads(policy.params)
-                    sums = {"policy_loss": 0.0, "loss": 0.0}
+                    sums = {"policy_loss": 0.0, "pg_loss": 0.0, "loss": 0.0}
             for idx in micro_batches(active, rows, micro_batch_size, policy.share_prefix):
                 sub = _sub_batch(batch, idx).to(policy.device)
                 if denominators is not None:
@@ -354,7 +354,10 @@ def policy_update(policy: Policy, algorithm: Algorithm, optimizer: torch.optim.O
                                                entropy=out.entropy)
                 loss = result.loss * share
                 parts = {"policy_loss": float(loss.detach())}
-                stats.add(result.metrics)
+                metrics = dict(result.metrics)
+                if "pg_loss" in metrics:  # a micro-batch's part of the mini-batch's loss, summed like the loss
+                    parts["pg_loss"] = metrics.pop("pg_loss") * share
+                stats.add(metrics)
                 if use_critic:
                     vres = algorithm.value_loss(values, sub, returns[index].to(values.device))
                     vloss = vres.loss * share

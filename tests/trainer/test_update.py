@@ -73,8 +73,8 @@ CASES = [("grpo", {"loss_agg": "token-mean"}), ("grpo", {"loss_agg": "seq-mean-t
 
 @pytest.mark.parametrize("name,params", CASES, ids=[f"{n}-{'-'.join(map(str, p.values()))}" for n, p in CASES])
 def test_update_gradient_does_not_depend_on_micro_batch_size(tiny_model, name, params):
-    """Rows of 2, 2, 20 and 20 response tokens: micro-batches 1, 2, 3 and 4 give the same update (1e-5 relative),
-    for every loss aggregation and with the critic's value loss on the shared trunk."""
+    """Rows of 2, 2, 20 and 20 response tokens: micro-batches 1, 2, 3 and 4 give the same update (1e-5 relative)
+    and the same logged losses, for every loss aggregation and with the critic's value loss on the shared trunk."""
     rows, batch = _rows(tiny_model, 0)
     algo = ALGORITHM_CLASSES[name](**params)
     deltas = {m: _update_delta(tiny_model, rows, batch, algo, m, critic="head" if algo.needs_critic else "none")
@@ -85,6 +85,7 @@ def test_update_gradient_does_not_depend_on_micro_batch_size(tiny_model, name, p
         delta, metrics, _ = deltas[m]
         assert float((delta - full).norm()) <= 1e-5 * float(full.norm()), (name, m)
         assert metrics["loss"] == pytest.approx(full_metrics["loss"], rel=1e-4, abs=1e-7)  # fp32 sums
+        assert metrics["pg_loss"] == pytest.approx(full_metrics["pg_loss"], rel=1e-4, abs=1e-7)
 
 
 def test_multi_tensor_optimizer_and_clipping_match_the_per_tensor_update(tiny_model, monkeypatch):

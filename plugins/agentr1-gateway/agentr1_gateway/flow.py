@@ -13,9 +13,9 @@ dict with ``reward``, ``answer`` and ``metrics``, or None.
 
 How an episode ends: ``done`` when the function returns after at least one call; ``max_turns`` when it called more
 than ``rollout.max_turns`` times; ``context_limit`` when a prompt was over ``rollout.max_prompt_tokens``;
-``engine_error`` when generation failed; ``env_error`` when the function raised, did not return within ``timeout``
-seconds (the thread is left to finish on its own; its later calls are refused), or returned without calling the
-model. The agent sees each refusal as an OpenAI error (``openai.BadRequestError``, ``RateLimitError``, ...).
+``engine_error`` when generation failed; ``env_error`` when the function raised, spent more than ``timeout`` seconds
+of its own (time its calls wait for the model does not count; the thread is left to finish on its own and its later
+calls are refused), or returned without calling the model. The agent sees each refusal as an OpenAI error (``openai.BadRequestError``, ``RateLimitError``, ...).
 
 Warm-start SFT (``policy = "expert"``): the gateway answers the i-th call with the row's i-th ``expert_actions``
 text instead of sampling, so the same agent code produces the demonstration episodes.
@@ -30,6 +30,7 @@ import importlib.util
 import inspect
 import sys
 import threading
+import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,7 @@ from agentr1_core.rollout.base import SamplingParams
 from agentr1_gateway.server import EpisodeGateway
 
 HIDDEN_FROM_AGENT = ("reward_model", "expert_actions")
+MODEL_CALL_TIMEOUT = 3600.0  # seconds the client waits for one completion (a batch of long generations on a CPU)
 ENDINGS = {"max_turns": "max_turns", "context_length_exceeded": "context_limit", "generation_failed": "engine_error"}
 
 
@@ -89,8 +91,9 @@ class _ExpertReplies:
         return self.actions.pop(0) if self.actions else None
 
 
-async def _in_daemon_thread(fn: Callable[[], Any], timeout: float) -> Any:
-    """``fn()`` in a daemon thread; ``asyncio.TimeoutError`` after ``timeout`` s (the thread is left running)."""
+def _in_daemon_thread(fn: Callable[[], Any]) -> asyncio.Future[Any]:
+    """Start ``fn()`` in a daemon thread; the returned future (of the running loop) gets its result or exception.
+    Nobody joins the thread: one that never returns does not keep the process alive."""
     loop = asyncio.get_running_loop()
     done: asyncio.Future[Any] = loop.create_future()
 
@@ -114,7 +117,20 @@ async def _in_daemon_thread(fn: Callable[[], Any], timeout: float) -> Any:
 
     threading.Thread(target=contextvars.copy_context().run, args=(work,), daemon=True,
                      name="agentr1-openai-agent").start()
-    return await asyncio.wait_for(done, timeout)
+    return done
+
+
+async def _wait_for_agent(done: asyncio.Future[Any], gateway: EpisodeGateway, timeout: float) -> Any:
+    """The agent's result; ``asyncio.TimeoutError`` once it has spent ``timeout`` seconds of its own, i.e. not
+    counting the time its calls waited for the model (a busy engine does not time agents out)."""
+    start = time.monotonic()
+    while True:
+        left = timeout - (time.monotonic() - start - gateway.model_seconds())
+        if left <= 0:
+            raise asyncio.TimeoutError
+        finished, _ = await asyncio.wait({done}, timeout=left)
+        if finished:
+            return done.result()
 
 
 def _news(before: Any, after: Any) -> str:
@@ -154,7 +170,7 @@ class OpenAIAgentFlow(AgentFlowBase):
     def _call_agent(self, task: dict[str, Any], base_url: str, key: str) -> Any:
         import openai
 
-        client = openai.OpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=self.timeout,
+        client = openai.OpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=MODEL_CALL_TIMEOUT,
                                http_client=openai.DefaultHttpxClient(trust_env=False))
         kwargs = dict(self.agent_params)
         if "endpoint" in inspect.signature(self.agent).parameters:
@@ -175,7 +191,8 @@ class OpenAIAgentFlow(AgentFlowBase):
         value, error = None, None
         base_url = await gateway.start()
         try:
-            value = await _in_daemon_thread(lambda: self._call_agent(task, base_url, gateway.key), self.timeout)
+            running = _in_daemon_thread(lambda: self._call_agent(task, base_url, gateway.key))
+            value = await _wait_for_agent(running, gateway, self.timeout)
         except asyncio.TimeoutError:
             error = f"TimeoutError: the agent did not return within {self.timeout:g}s"
         except Exception:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import secrets
+import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
@@ -72,6 +73,9 @@ class EpisodeGateway:
         self.issued = Issued()
         self._arrived = 0
         self._accepted = 0
+        self._in_flight = 0
+        self._busy_since = 0.0
+        self._busy_seconds = 0.0
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> str:
@@ -143,7 +147,11 @@ class EpisodeGateway:
                                 f"the prompt has {len(prompt_ids)} tokens; this model's limit here is "
                                 f"{self.max_prompt_tokens} (rollout.max_prompt_tokens)", "invalid_request_error")
         self._accepted += 1
-        action = await self.respond(prompt_ids, sampling)
+        self._enter_model()
+        try:
+            action = await self.respond(prompt_ids, sampling)
+        finally:
+            self._leave_model()
         if action.finish_reason == "error" or not action.token_ids:
             return self._refuse(index, 500, "generation_failed", "the model produced no tokens", "server_error")
         self.calls.append(Call(index, observation, prompt_ids, action, str(body.get("model", ""))))
@@ -153,6 +161,23 @@ class EpisodeGateway:
                             len(action.token_ids))
         self.issued.remember(action.text, result["choices"][0]["message"]["content"], calls)
         return web.json_response(result)
+
+    def _enter_model(self) -> None:
+        if self._in_flight == 0:
+            self._busy_since = time.monotonic()
+        self._in_flight += 1
+
+    def _leave_model(self) -> None:
+        self._in_flight -= 1
+        if self._in_flight == 0:
+            self._busy_seconds += time.monotonic() - self._busy_since
+
+    def model_seconds(self) -> float:
+        """Wall seconds during which at least one of the episode's calls was waiting for the model."""
+        busy = self._busy_seconds
+        if self._in_flight:
+            busy += time.monotonic() - self._busy_since
+        return busy
 
     def _sampling(self, body: dict[str, Any]) -> SamplingParams:
         sampling = self.sampling

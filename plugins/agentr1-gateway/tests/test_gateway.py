@@ -216,3 +216,16 @@ def test_a_request_from_another_machine_is_refused(tokenizer):
     assert refused.status == 403 and json.loads(refused.body)["error"]["type"] == "permission_error"
     with pytest.raises(AssertionError, match="must not run"):  # the same request from this machine gets through
         asyncio.run(go(("127.0.0.1", 4242)))
+
+
+def test_time_waiting_for_the_model_does_not_count_against_the_agents_timeout(tokenizer, scripted):
+    class SlowEngine:
+        def __init__(self):
+            self.inner = scripted(["ok"])
+
+        async def generate(self, prompt_ids, sampling):
+            await asyncio.sleep(1.5)  # a busy engine: longer than the agent's whole timeout
+            return await self.inner.generate(prompt_ids, sampling)
+
+    traj = run_flow(f"{AGENTS}:ask", ctx(SlowEngine(), tokenizer), {"prompt": "hi"}, timeout=1.0)
+    assert traj.termination == "done" and traj.info["answer"] == "ok"
