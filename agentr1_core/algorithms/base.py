@@ -39,7 +39,10 @@ class StepBatch:
         return int(self.traj_ids.shape[0])
 
     def select(self, index: torch.Tensor) -> "StepBatch":
-        """Rows ``index`` of every per-step/per-token tensor (for micro-batches)."""
+        """Rows ``index`` of every per-step/per-token tensor (for micro-batches), those in ``extras`` included: an
+        extra tensor whose first dimension is the number of steps is per-step and is sliced; other extras (numbers,
+        lists, objects) are kept whole."""
+        steps = self.num_steps
         out = {}
         for f in fields(self):
             v = getattr(self, f.name)
@@ -47,6 +50,9 @@ class StepBatch:
                 out[f.name] = v[index]
             elif f.name == "anchors" and v is not None:
                 out[f.name] = [v[i] for i in index.tolist()]
+            elif f.name == "extras" and isinstance(v, dict):
+                out[f.name] = {k: x[index] if isinstance(x, torch.Tensor) and x.dim() > 0 and x.shape[0] == steps
+                               else x for k, x in v.items()}
             else:
                 out[f.name] = v
         return replace(self, **out)

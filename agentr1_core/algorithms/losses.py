@@ -2,8 +2,9 @@
 
 All inputs are rows of a StepBatch: ``logprobs`` (current policy, carries the gradient), ``old_logprobs``
 (behaviour policy), per-token ``advantages`` and ``action_mask``. A token enters the loss only if it is an action
-token and every input it needs (log-probs, old/ref log-probs, advantage, entropy) is finite; action tokens dropped
-because a log-prob is NaN/inf are counted in the ``nonfinite_logprob_tokens`` metric. Dropped values are replaced
+token and every input it needs (log-probs, old/ref log-probs, advantage, and the entropy when ``entropy_coef > 0``)
+is finite; action tokens dropped because a log-prob (or a needed entropy) is NaN/inf are counted in the
+``nonfinite_logprob_tokens`` metric; with ``entropy_coef == 0`` a non-finite entropy only leaves the entropy metric. Dropped values are replaced
 by 0 *before* any arithmetic, so neither the loss nor its gradient can become NaN/inf. Log-ratios are clamped to
 [-20, 20] before ``exp`` (the GSPO sequence log-ratio to [-20, 10]); the k3 KL term is capped at 10.
 
@@ -163,9 +164,10 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
     lp_ok = torch.isfinite(logprobs) & torch.isfinite(old_logprobs)
     if use_kl:
         lp_ok &= torch.isfinite(ref_logprobs)
+    ent_ok = torch.isfinite(entropy) if entropy is not None else torch.ones_like(mask)
+    if cfg.entropy_coef > 0:  # a token whose entropy cannot enter the loss is dropped from it, and counted
+        lp_ok &= ent_ok
     valid = mask & lp_ok & torch.isfinite(advantages)
-    if entropy is not None:
-        valid &= torch.isfinite(entropy)
     zero = torch.zeros((), dtype=dtype, device=logprobs.device)
 
     def clean(x: torch.Tensor) -> torch.Tensor:
@@ -200,8 +202,8 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
         if use_kl:
             loss = loss + cfg.kl_coef * aggregate(kl, valid, cfg.loss_agg, denominators)
     if entropy is not None:
-        ent = clean(entropy)
-        metrics["entropy"] = masked_mean(ent, valid)
+        ent = clean(torch.where(ent_ok, entropy, torch.zeros((), dtype=entropy.dtype, device=entropy.device)))
+        metrics["entropy"] = masked_mean(ent, valid & ent_ok)
         if cfg.entropy_coef > 0:
             loss = loss - cfg.entropy_coef * aggregate(ent, valid, cfg.loss_agg, denominators)
     return LossOutput(loss=loss, metrics=metrics)

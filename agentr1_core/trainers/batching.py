@@ -4,7 +4,8 @@ One row per step: the input is the step's ``prompt_ids + response_ids`` exactly 
 (nothing is decoded or re-encoded), the loss covers only the response tokens (the prompt is masked out), and the
 engine's sampling log-probs become ``old_logprobs``. Non-finite engine log-probs are kept as they are (the algorithm
 masks those tokens) and counted. The last step of an episode that ended neither ``done`` nor ``truncated`` is marked
-truncated, so that bootstrapping estimators never read past the end of an episode.
+truncated, so that bootstrapping estimators never read past the end of an episode; a step that is both ``done`` and
+``truncated`` is terminal (no bootstrap), as in Gymnasium.
 
 Model inputs are left-padded: every row then ends at the last column, so the response tokens of all rows sit in the
 last ``max_response_len`` columns and one ``logits_to_keep`` covers them (see ``forward.py``).
@@ -82,11 +83,12 @@ def trajectories_to_rows(trajectories: Sequence[Trajectory]) -> StepRows:
                                  f"but {len(step.response_logprobs)} log-probs")
             if not all(math.isfinite(x) for x in step.response_logprobs):
                 out.nonfinite_logprob_steps += 1
-            truncated = bool(step.truncated) or (s_idx == last and not step.done)
+            # terminal wins: a step both done and truncated ended the episode (Gymnasium's terminated + truncated)
+            truncated = not step.done and (bool(step.truncated) or s_idx == last)
             out.rows.append(StepRow(
                 prompt_ids=list(step.prompt_ids), response_ids=list(step.response_ids),
                 old_logprobs=[float(x) for x in step.response_logprobs], traj=t_idx, group=groups[key],
-                step_index=s_idx, reward=float(step.reward), done=bool(step.done) and not truncated,
+                step_index=s_idx, reward=float(step.reward), done=bool(step.done),
                 truncated=truncated, anchor=step.anchor))
     return out
 

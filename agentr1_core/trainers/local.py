@@ -332,14 +332,15 @@ class LocalTrainer:
         report_episode_errors(self, trajs, "sft expert rollouts", record)
         steps = trajectories_to_rows(trajs)
         check_expert_steps(trajs, len(steps.rows))
+        scheduled = [group["lr"] for group in self.optimizer.param_groups]  # RL's rates, warm-up factor included
         for group in self.optimizer.param_groups[:1]:
             group["lr"] = float(sft.lr)
         gen = torch.Generator().manual_seed(int(self.cfg.seed))
         metrics = sft_update(self.policy, self.optimizer, steps.rows, epochs=int(sft.epochs),
                              batch_size=int(sft.batch_size), micro_batch_size=int(self.cfg.trainer.micro_batch_size),
                              max_grad_norm=float(self.cfg.trainer.max_grad_norm), generator=gen)
-        for group in self.optimizer.param_groups[:1]:
-            group["lr"] = float(self.cfg.trainer.lr)
+        for group, lr in zip(self.optimizer.param_groups, scheduled):
+            group["lr"] = lr  # where the scheduler left them: RL's first step gets its first warm-up factor
         self.optimizer.state.clear()  # fresh moments for RL
         self.engine.sync_weights()
         record.update(sft_steps=len(steps.rows), **metrics, peak_rss_mb=peak_rss_mb())

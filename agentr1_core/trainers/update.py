@@ -167,6 +167,8 @@ def guarded_step(optimizer: torch.optim.Optimizer, params: Sequence[torch.nn.Par
                                           foreach=True) if params else torch.tensor(0.0)
     grad_norm = float(norm)
     if loss_ok and math.isfinite(grad_norm):
+        if not prefix:
+            stats.add({"lr": float(optimizer.param_groups[0]["lr"])})  # the rate this step uses
         optimizer.step()
         if scheduler is not None:
             scheduler.step()

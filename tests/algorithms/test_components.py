@@ -162,3 +162,16 @@ def test_microbatch_loss_masks_and_counts(name):
         vl.loss.backward()
         assert v.grad[2].item() == 0.0  # the step without action tokens is not in the value loss
         assert vl.loss.item() > 0
+
+
+def test_select_slices_per_step_extras_and_keeps_the_rest_whole():
+    b = batch4()
+    denominators = object()
+    b.extras = {"bootstrap_values": torch.tensor([0.5, 0.6, 0.7, 0.8]),
+                "rollout_logprobs": torch.arange(12.0).reshape(4, 3), "scale": torch.tensor(2.0),
+                "reasons": ["a", "b", "c", "d"], "loss_denominators": denominators}
+    sub = b.select(torch.tensor([3, 1]))
+    assert sub.extras["bootstrap_values"].tolist() == pytest.approx([0.8, 0.6])
+    assert sub.extras["rollout_logprobs"].tolist() == [[9.0, 10.0, 11.0], [3.0, 4.0, 5.0]]
+    assert float(sub.extras["scale"]) == 2.0 and sub.extras["reasons"] == ["a", "b", "c", "d"]
+    assert sub.extras["loss_denominators"] is denominators and sub.anchors == ["s1", "s1"]

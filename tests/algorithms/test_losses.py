@@ -147,6 +147,19 @@ def test_nonfinite_logprobs_are_dropped_and_counted():
     assert torch.isfinite(bad_lp.grad).all() and bad_lp.grad[0, 0].item() == 0.0
 
 
+def test_a_nonfinite_entropy_drops_its_token_only_when_the_entropy_is_in_the_loss():
+    lp, old, adv, mask = ppo_case()
+    ent = torch.ones_like(old)
+    ent[1, 0] = NAN  # an action token whose entropy is not finite
+    plain = policy_loss(lp, old, adv, mask, PolicyLossConfig())
+    no_bonus = policy_loss(lp, old, adv, mask, PolicyLossConfig(), entropy=ent)
+    assert no_bonus.loss.item() == pytest.approx(plain.loss.item())  # the token stays in the policy loss
+    assert no_bonus.metrics["nonfinite_logprob_tokens"] == 0.0 and no_bonus.metrics["entropy"] == 1.0
+    bonus = policy_loss(lp, old, adv, mask, PolicyLossConfig(entropy_coef=0.1), entropy=ent)
+    assert bonus.metrics["nonfinite_logprob_tokens"] == 1.0  # dropped from the loss, and counted
+    assert bonus.metrics["valid_tokens"] == plain.metrics["valid_tokens"] - 1
+
+
 def test_empty_and_fully_masked_give_zero_loss_with_grad():
     for shape in [(2, 0), (0, 3), (2, 3)]:
         lp = torch.zeros(shape, requires_grad=True)

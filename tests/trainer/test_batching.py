@@ -58,6 +58,20 @@ def test_nonfinite_engine_logprobs_are_kept_and_counted():
     assert math.isnan(batch.old_logprobs[0, 0].item()) and batch.old_logprobs[0, 1].item() == -0.5
 
 
+def test_a_step_both_done_and_truncated_is_terminal_and_gets_no_bootstrap():
+    from agentr1_core.algorithms.gae import step_gae
+
+    traj = _traj("u", "g", [([1], [2]), ([3], [4])])
+    traj.steps[-1].truncated = True  # the env ended the episode at its step cap on the winning move
+    rows = trajectories_to_rows([traj]).rows
+    assert [(r.done, r.truncated) for r in rows] == [(False, False), (True, False)]
+    batch = build_step_batch(rows)
+    batch.values = torch.tensor([0.0, 0.0])
+    batch.extras["bootstrap_values"] = torch.tensor([0.0, 100.0])  # must not be read after a terminal step
+    out = step_gae(batch, gamma=1.0, lam=1.0)
+    assert out.returns.tolist() == pytest.approx([1.25, 1.0])
+
+
 def test_mismatched_logprobs_are_an_error():
     traj = _traj("u", "g", [([1], [2, 3])])
     traj.steps[0].response_logprobs = [-1.0]
