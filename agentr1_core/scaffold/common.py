@@ -1,0 +1,284 @@
+"""What every scaffolded package shares: the ``Kind`` description, the file templates common to all kinds and
+``render_package``, which turns a name and a kind into the package's files (path -> text).
+
+Templates are ``string.Template`` text: ``$name`` (the plugin and config name, e.g. ``unit-conv``), ``$ident`` (the
+component name, ``unit_conv``), ``$package`` (``agentr1_unit_conv``), ``$dist`` (``agentr1-unit-conv``), ``$cls``,
+``$module``, ``$kind``, ``$title`` (``$Title`` capitalised) and whatever a kind adds; ``$$`` is a literal ``$``
+(as in the configs' ``$${package_data:...}``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from string import Template
+from typing import Any, Callable
+
+from agentr1_core import __version__
+
+Rows = list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One scaffold kind: where its component goes, how it is registered, and its templates."""
+
+    kind: str  # tool | env | reward | flow
+    hook: str  # the hookimpl that registers the component
+    spec_cls: str  # ToolSpec, EnvSpec, ...
+    component: str  # template of <package>/<kind>.py
+    config: str  # template of <package>/configs/<name>.yaml
+    tests: str  # template of tests/test_<kind>.py
+    readme: str  # template of the README's kind-specific part
+    rows: Callable[[dict[str, str]], tuple[Rows, Rows]]  # the seeded (train, val) rows
+    description: str = ""  # template of the one-line description (the spec's, the README's first line)
+    factory_attr: str = ""  # the registered attribute when it is not the class ``$cls``
+    extra_fields: Callable[[dict[str, str]], dict[str, str]] = field(default=lambda fields: {})
+
+
+def fill(template: str, fields: dict[str, str]) -> str:
+    return Template(template).substitute(fields)
+
+
+def jsonl(rows: Rows) -> str:
+    return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+
+
+def names(name: str, kind: Kind) -> dict[str, str]:
+    ident = name.replace("-", "_")
+    cls = "".join(part.title() for part in ident.split("_") if part) + kind.kind.title()
+    fields = dict(name=name, ident=ident, package=f"agentr1_{ident}", dist=f"agentr1-{name}", cls=cls,
+                  module=kind.kind, kind=kind.kind, hook=kind.hook, spec_cls=kind.spec_cls,
+                  title=f"the {name} {kind.kind}", Title=f"The {name} {kind.kind}", core_version=__version__)
+    fields["factory"] = f"{fields['package']}.{kind.kind}:{kind.factory_attr or cls}"
+    fields.update(kind.extra_fields(fields))
+    fields["description"] = fill(kind.description, fields)
+    return fields
+
+
+def render_package(name: str, kind: Kind) -> dict[str, str]:
+    """Every file of the package ``agentr1-NAME``, by path relative to its folder."""
+    fields = names(name, kind)
+    train, val = kind.rows(fields)
+    fields["train_rows"], fields["val_rows"] = str(len(train)), str(len(val))
+    fields["kind_readme"] = fill(kind.readme, fields)
+    pkg = fields["package"]
+    return {
+        "pyproject.toml": fill(PYPROJECT, fields),
+        "README.md": fill(README, fields),
+        f"{pkg}/__init__.py": fill('"""$Title for agentr1 (the package of $dist)."""\n', fields),
+        f"{pkg}/plugin.py": fill(PLUGIN, fields),
+        f"{pkg}/{kind.kind}.py": fill(kind.component, fields),
+        f"{pkg}/configs/{name}.yaml": fill(kind.config, fields),
+        f"{pkg}/data/train.jsonl": jsonl(train),
+        f"{pkg}/data/val.jsonl": jsonl(val),
+        "tests/conftest.py": fill(CONFTEST, fields),
+        "tests/test_package.py": fill(PACKAGE_TESTS, fields),
+        f"tests/test_{kind.kind}.py": fill(kind.tests, fields),
+    }
+
+
+PYPROJECT = '''[build-system]
+requires = ["setuptools>=77"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "$dist"
+version = "0.1.0"
+description = "agentr1 plugin: $title, its run config and data"
+readme = "README.md"
+requires-python = ">=3.10"
+license = "Apache-2.0"
+dependencies = ["agentr1-core>=$core_version"]
+
+[project.optional-dependencies]
+test = ["pytest>=8"]
+
+[project.entry-points.agentr1]
+$ident = "$package.plugin"
+
+[tool.setuptools]
+packages = ["$package"]
+include-package-data = false  # exactly the package-data below
+
+[tool.setuptools.package-data]
+$package = ["configs/*.yaml", "data/*.jsonl"]
+
+[tool.pytest.ini_options]
+testpaths = ["tests"]
+addopts = ["-p", "no:cacheprovider"]
+'''
+
+PLUGIN = '''"""Registers $title with agentr1, and the run configs in ``$package/configs/``."""
+
+from agentr1_core import $spec_cls, hookimpl
+from agentr1_core.named_configs import package_configs
+
+
+@hookimpl
+def $hook():
+    return [$spec_cls("$ident", "$factory", "$description")]
+
+
+@hookimpl
+def agentr1_configs():
+    return package_configs("$package")  # every configs/*.yaml runs by its name: agentr1-core run $name
+'''
+
+README = '''# $dist
+
+$description, as an agentr1 plugin, with a run config that trains SmolLM2-135M-Instruct to use it on CPU.
+
+## Files
+
+| file | what it is |
+|---|---|
+| `pyproject.toml` | the distribution; its `agentr1` entry point names `$package.plugin` |
+| `$package/$module.py` | the $kind (`$cls`): an example to replace with your own |
+| `$package/plugin.py` | registers the $kind as `$ident` and every `configs/*.yaml` as a named config |
+| `$package/configs/$name.yaml` | the run: warm-start SFT on expert episodes, then GRPO, then held-out validation |
+| `$package/data/*.jsonl` | $train_rows training rows, $val_rows held-out rows (disjoint), a JSON object a line |
+| `tests/` | the $kind's contract, its registration, the config, the rows, the expert solving each held-out row |
+
+$kind_readme
+## Install, test, run
+
+    pip install -e .              # then: agentr1-core plugins; agentr1-core config list
+    pip install -e '.[test]' && pytest
+    agentr1-core run $name        # from any folder: writes runs/$name/ (summary.json, episodes/, metrics.jsonl)
+    agentr1-core run $name trainer.total_steps=2 sft.rows=8    # any key.path=value overrides
+
+The run prints held-out success before SFT, after SFT and after RL, and writes them to
+`runs/$name/summary.json`; `runs/$name/episodes/<label>.jsonl` shows what the model did in each held-out episode.
+
+## Rows
+
+One JSON object a line: `prompt` (the task: text, or a list of chat messages), `data_source` (results are also
+reported per source), `reward_model.ground_truth` (what a reward function compares with), `expert_actions` (the
+action texts of a scripted expert, replayed for the SFT warm start), `env_kwargs` (merged into the env's constructor
+arguments for this row) and `extra_info` (free-form, read by nothing in the core). The config loads them with the
+core's `jsonl` loader from the installed package:
+
+    data:
+      train: {name: jsonl, path: "$${package_data:$package,data/train.jsonl}"}
+
+Every YAML file added to `$package/configs/` becomes a named config (`agentr1-core run FILE_NAME`).
+'''
+
+CONFTEST = '''"""Helpers of the tests of $dist: the shipped rows and an expert episode through the configured run."""
+
+import asyncio
+import json
+from importlib import resources
+
+import pytest
+from omegaconf import OmegaConf
+
+from agentr1_core.config import component, load_config
+from agentr1_core.flows import FlowContext
+from agentr1_core.plugins import get_registry
+from agentr1_core.rollout.base import SamplingParams
+from agentr1_core.runner import build_reward_fn
+
+CONFIG = "$name"
+PACKAGE = "$package"
+
+
+def read_rows(split):
+    """The rows of ``data/<split>.jsonl`` as shipped in the installed package."""
+    text = resources.files(PACKAGE).joinpath(f"data/{split}.jsonl").read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+class WordTokenizer:
+    """Just enough of a tokenizer for an episode in which the scripted expert acts (no model): one id a word."""
+
+    eos_token_id = 0
+
+    def encode(self, text, add_special_tokens=False):
+        return [1 + len(word) % 1000 for word in text.split()] or [1]
+
+    def apply_chat_template(self, messages, tools=None, add_generation_prompt=True, tokenize=True, **kwargs):
+        return self.encode(" ".join(str(m["content"]) for m in messages))
+
+
+def run_expert(row, cfg=None):
+    """One episode of ``row`` through the configured flow, env and reward, the scripted expert acting (what the SFT
+    stage records). The trajectory's ``final_reward`` is the episode reward; success is ``final_reward >= 1``."""
+    cfg = cfg if cfg is not None else load_config(CONFIG)
+    registry = get_registry()
+    ctx = FlowContext(engine=None, tokenizer=WordTokenizer(), sampling=SamplingParams(),
+                      env_config=OmegaConf.to_container(cfg.env, resolve=True),
+                      reward_fn=build_reward_fn(cfg, registry), max_turns=int(cfg.rollout.max_turns),
+                      max_prompt_tokens=int(cfg.rollout.max_prompt_tokens), policy="expert")
+    name, params = component(cfg, "agent_flow")
+    flow = registry.build("agent_flow", name, params, where="agent_flow", ctx=ctx)
+    return asyncio.run(flow.run(row))
+
+
+@pytest.fixture
+def load_rows():
+    """``load_rows(split)``: the shipped rows of ``train`` or ``val``."""
+    return read_rows
+
+
+@pytest.fixture
+def expert_episode():
+    """``expert_episode(row, cfg=None)``: one episode with the scripted expert acting."""
+    return run_expert
+'''
+
+PACKAGE_TESTS = '''"""The package as agentr1 sees it: the entry point, the named config and the shipped rows."""
+
+import json
+
+from agentr1_core.config import component, load_config
+from agentr1_core.plugins import get_registry
+from agentr1_core.preflight import preflight
+
+CONFIG = "$name"
+ROW_KEYS = {"prompt", "data_source", "reward_model", "expert_actions", "env_kwargs", "extra_info"}
+
+
+def test_registered_through_the_entry_point():
+    registry = get_registry()
+    assert "$ident" in registry.names("$kind")
+    assert CONFIG in registry.names("config")
+    owner = registry.components["$kind"]["$ident"]
+    assert owner.distribution == "$dist"
+
+
+def test_shipped_config_passes_the_checks_a_run_makes_and_reads_the_shipped_rows(load_rows):
+    cfg = load_config(CONFIG)
+    preflight(cfg, get_registry(), keep_rows=False)  # values, model path, names, params; builds data, reward, env
+    for key, split in (("data.train", "train"), ("data.val", "val")):
+        name, params = component(cfg, key)
+        assert name == "jsonl"
+        assert get_registry().build("dataset", name, params) == load_rows(split)
+
+
+def test_rows_are_well_formed_and_the_splits_disjoint(load_rows):
+    train, val = load_rows("train"), load_rows("val")
+    assert len(train) >= 100 and len(val) >= 16
+    for row in train + val:
+        assert set(row) <= ROW_KEYS, f"unexpected keys {set(row) - ROW_KEYS}"
+        assert isinstance(row["prompt"], str) and row["prompt"].strip()
+        assert isinstance(row["data_source"], str) and row["data_source"]
+        assert "ground_truth" in row["reward_model"]
+        assert all(isinstance(a, str) and a.strip() for a in row.get("expert_actions", []))
+        assert isinstance(row.get("env_kwargs", {}), dict)
+
+    def key(row):
+        return json.dumps([row["prompt"], row.get("env_kwargs")], sort_keys=True)
+
+    assert len({key(r) for r in train}) == len(train), "a training row is repeated"
+    assert not {key(r) for r in train} & {key(r) for r in val}, "a held-out row is also a training row"
+
+
+def test_the_expert_solves_every_held_out_row(load_rows, expert_episode):
+    cfg = load_config(CONFIG)
+    for row in load_rows("val"):
+        traj = expert_episode(row, cfg)
+        assert traj.termination == "done", (row["prompt"], traj.termination, traj.info.get("error"))
+        assert traj.success() and traj.final_reward >= 1.0, (row["prompt"], [s.action_text for s in traj.steps])
+'''

@@ -1,0 +1,232 @@
+"""The ``tool`` kind: a unit-conversion tool with a lookup table, and questions whose answer needs it.
+
+A small model cannot convert 37 furlongs to meters in its head, but it can learn to call the tool with the value and
+the two units copied from the question, then copy the result into ``<answer>...</answer>`` (``answer_match``). The
+rows' ground truths are computed by the generated tool module itself (its source is executed here), so the data and
+the tool cannot disagree.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+from agentr1_core.scaffold.common import Kind, Rows, fill
+
+# One unit's size in its dimension's base unit (meter, gram, liter), and plurals that are not name + "s".
+UNITS: dict[str, dict[str, float]] = {
+    "length": {"meter": 1.0, "kilometer": 1000.0, "centimeter": 0.01, "inch": 0.0254, "foot": 0.3048,
+               "yard": 0.9144, "mile": 1609.344, "furlong": 201.168},
+    "mass": {"gram": 1.0, "kilogram": 1000.0, "ounce": 28.349523125, "pound": 453.59237, "stone": 6350.29318},
+    "volume": {"liter": 1.0, "milliliter": 0.001, "cup": 0.2365882365, "pint": 0.473176473,
+               "gallon": 3.785411784},
+}
+PLURALS = {"inch": "inches", "foot": "feet"}
+
+
+def _table(value: dict[str, Any], indent: str = "    ") -> str:
+    lines = ["{"]
+    for key, inner in value.items():
+        lines.append(f"{indent}{json.dumps(key)}: {json.dumps(inner)},")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def _extra(fields: dict[str, str]) -> dict[str, str]:
+    return {"units": _table(UNITS), "plurals": json.dumps(PLURALS)}
+
+
+def _plural(unit: str) -> str:
+    return PLURALS.get(unit, unit + "s")
+
+
+QUESTIONS = ("How many {to} are in {value} {frm}?", "Convert {value} {frm} to {to}.")
+
+
+def rows(fields: dict[str, str]) -> tuple[Rows, Rows]:
+    """200 training and 32 held-out questions (disjoint), each answered by one call of the tool."""
+    namespace: dict[str, Any] = {}
+    exec(compile(fill(COMPONENT, fields), "<generated tool>", "exec"), namespace)  # the generated module's code
+    convert = namespace["convert"]
+    rng = random.Random(0)
+    seen: set[str] = set()
+    out: Rows = []
+    while len(out) < 232:
+        dimension = rng.choice(sorted(UNITS))
+        frm, to = rng.sample(sorted(UNITS[dimension]), 2)
+        value = rng.randint(2, 99)
+        answer = convert(value, frm, to)
+        if not 0.1 <= float(answer) < 1e6:
+            continue
+        question = rng.choice(QUESTIONS).format(value=value, frm=_plural(frm), to=_plural(to))
+        if question in seen:
+            continue
+        seen.add(question)
+        call = {"name": fields["ident"], "arguments": {"value": value, "from_unit": _plural(frm),
+                                                       "to_unit": _plural(to)}}
+        out.append({
+            "prompt": question,
+            "data_source": f"{fields['ident']}_{dimension}",
+            "reward_model": {"ground_truth": answer},
+            "expert_actions": [f"<tool_call>{json.dumps(call)}</tool_call>", f"<answer>{answer}</answer>"],
+            "extra_info": {"index": len(out)},
+        })
+    return out[:200], out[200:]
+
+
+COMPONENT = '''"""$Title: converts a quantity between units with a lookup table. An example: replace ``convert`` and the
+schema with your tool's work (``execute`` may also return a ``ToolResult`` to pay a per-call reward)."""
+
+from agentr1_core.tools import BaseTool
+
+# One unit's size in its dimension's base unit (meter, gram, liter).
+UNITS = $units
+PLURALS = $plurals  # plurals that are not name + "s"
+SINGULAR = {plural: unit for unit, plural in PLURALS.items()}
+
+
+def find_unit(word):
+    """``(dimension, size)`` of a unit named in the singular or the plural, any case."""
+    key = str(word).strip().lower()
+    key = SINGULAR.get(key, key[:-1] if key.endswith("s") and key[:-1] in _ALL else key)
+    for dimension, table in UNITS.items():
+        if key in table:
+            return dimension, table[key]
+    raise ValueError(f"unknown unit {word!r}; known: {', '.join(sorted(_ALL))}")
+
+
+_ALL = {unit for table in UNITS.values() for unit in table}
+
+
+def format_number(number):
+    """At most two decimals, without trailing zeros: 7443.216 -> 7443.22, 36.0 -> 36."""
+    text = f"{number:.2f}".rstrip("0").rstrip(".")
+    return "0" if text == "-0" else text
+
+
+def convert(value, from_unit, to_unit):
+    """``value`` ``from_unit`` in ``to_unit``, as text: convert(3, "feet", "inches") == "36"."""
+    source, size = find_unit(from_unit)
+    target, target_size = find_unit(to_unit)
+    if source != target:
+        raise ValueError(f"cannot convert {source} ({from_unit}) to {target} ({to_unit})")
+    return format_number(float(value) * size / target_size)
+
+
+class $cls(BaseTool):
+    name = "$ident"
+    description = "Convert a quantity from one unit to another (length, mass or volume)"
+    parameters = {
+        "type": "object",
+        "properties": {
+            "value": {"type": "number", "description": "the quantity, e.g. 37"},
+            "from_unit": {"type": "string", "description": "its unit, singular or plural, e.g. furlongs"},
+            "to_unit": {"type": "string", "description": "the unit wanted, e.g. meters"},
+        },
+        "required": ["value", "from_unit", "to_unit"],
+    }
+
+    def __init__(self, timeout: float = 5.0) -> None:
+        self.timeout = timeout
+
+    async def execute(self, value, from_unit, to_unit):
+        return convert(value, from_unit, to_unit)  # a ValueError reaches the model as an error observation
+'''
+
+CONFIG = '''# The $ident tool on unit conversions: SFT on expert episodes, then GRPO (minutes on a 2-core CPU)
+# SmolLM2-135M-Instruct learns to call the $ident tool with the value and both units of the question, then to
+# answer <answer>NUMBER</answer> with the tool's result. The question rows ship in this package (data/*.jsonl).
+seed: 0
+run_dir: runs/$name
+stages: [sft, rl]
+model: {path: smollm2-135m-instruct, dtype: float32, device: auto}
+engine: {name: transformers, max_batch_size: 64}
+env:
+  name: tool_env
+  tools: [$ident]
+  tool_format: hermes
+  system_prompt: >-
+    Answer the user's unit conversion question. First call the $ident tool with the value and the two units,
+    then reply with only the result as <answer>NUMBER</answer>.
+  max_turns: 3
+agent_flow: {name: agent_env_loop}
+reward: {name: answer_match}
+algorithm: {name: grpo}
+data:
+  train: {name: jsonl, path: "$${package_data:$package,data/train.jsonl}"}
+  val: {name: jsonl, path: "$${package_data:$package,data/val.jsonl}"}
+rollout: {batch_size: 4, n: 4, temperature: 0.7, max_new_tokens: 64, max_turns: 3, max_prompt_tokens: 1024}
+validation: {every: 0, before: true, max_rows: 32, n: 1, temperature: 0.0}
+sft: {rows: 32, epochs: 1, lr: 1.0e-4, batch_size: 8}
+trainer: {name: local, total_steps: 6, lr: 2.0e-5, micro_batch_size: 8, max_grad_norm: 1.0, train_layers: 10}
+'''
+
+TESTS = '''"""The $ident tool: its contract, its conversions, its errors, and rows whose answer needs it."""
+
+import json
+import re
+
+import pytest
+
+from agentr1_core.testing import check_tool, run_async
+from agentr1_core.tools import call_tool
+
+from $package.tool import $cls, convert
+
+
+def test_tool_contract_and_one_call():
+    result = check_tool($cls(), {"value": 3, "from_unit": "foot", "to_unit": "inch"})
+    assert result.text == "36"
+
+
+@pytest.mark.parametrize("value,source,target,expected", [
+    (1, "mile", "meter", "1609.34"), (3, "feet", "inches", "36"), (2, "Pounds", "ounces", "32"),
+    (5, "liters", "milliliter", "5000"), (10, "centimeters", "inches", "3.94"),
+])
+def test_conversions(value, source, target, expected):
+    assert convert(value, source, target) == expected
+
+
+def test_a_bad_unit_is_an_error_result_for_the_model():
+    unknown = run_async(call_tool($cls(), {"value": 1, "from_unit": "parsec", "to_unit": "meter"}))
+    assert unknown.error == "exception" and "unknown unit" in unknown.text
+    mixed = run_async(call_tool($cls(), {"value": 1, "from_unit": "meter", "to_unit": "gram"}))
+    assert mixed.error == "exception" and "cannot convert" in mixed.text
+
+
+def test_each_answer_is_the_tools_result_for_the_experts_call(load_rows):
+    for row in load_rows("train") + load_rows("val"):
+        call = json.loads(re.fullmatch(r"<tool_call>(.*)</tool_call>", row["expert_actions"][0]).group(1))
+        assert call["name"] == "$ident"
+        truth = row["reward_model"]["ground_truth"]
+        assert convert(**call["arguments"]) == truth
+        assert row["expert_actions"][1] == f"<answer>{truth}</answer>"
+        assert str(call["arguments"]["value"]) in row["prompt"]
+
+
+def test_the_expert_episode_calls_the_tool_and_wrong_answers_fail(load_rows, expert_episode):
+    row = load_rows("val")[0]
+    traj = expert_episode(row)
+    assert traj.steps[0].info["tool_calls"] == 1 and not traj.steps[0].info["tool_errors"]
+    assert row["reward_model"]["ground_truth"] in traj.steps[0].feedback
+    guessed = dict(row, expert_actions=["<answer>-1</answer>"])  # no tool call, a wrong number
+    assert expert_episode(guessed).final_reward == 0.0
+'''
+
+README = '''## The task
+
+`$package/tool.py` converts a quantity between units of length, mass or volume with a lookup table
+(`convert(37, "furlongs", "meters") == "7443.22"`); an unknown unit or a length-to-mass request raises, which the
+model sees as an error observation. Each row is a question such as "How many meters are in 37 furlongs?";
+its `expert_actions` are one hermes tool call and the answer:
+
+    <tool_call>{"name": "$ident", "arguments": {"value": 37, "from_unit": "furlongs", "to_unit": "meters"}}</tool_call>
+    <answer>7443.22</answer>
+
+The reward is `answer_match`: 1 when the last turn's `<answer>` equals `reward_model.ground_truth`.
+'''
+
+KIND = Kind(kind="tool", hook="agentr1_tools", spec_cls="ToolSpec", component=COMPONENT, config=CONFIG, tests=TESTS,
+            readme=README, rows=rows, extra_fields=_extra,
+            description="Unit conversion (length, mass, volume) with a lookup table")
