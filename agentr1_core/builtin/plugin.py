@@ -75,6 +75,8 @@ def agentr1_datasets():
         DatasetSpec("jsonl", "agentr1_core.builtin.datasets:load_jsonl", "Rows from a JSONL file"),
         DatasetSpec("arithmetic", "agentr1_core.builtin.datasets:arithmetic_rows",
                     "Generated arithmetic word problems for the calculator task"),
+        DatasetSpec("gsm8k", "agentr1_core.builtin.gsm8k:gsm8k_rows",
+                    "GSM8K word problems with calculator-call expert replays (shipped sample or a JSONL file)"),
     ]
 
 
@@ -89,9 +91,11 @@ def agentr1_cli_commands():
                     help="write the latest checkpoint as a plain HF model folder (LoRA merged)"),
         CommandSpec("eval", "agentr1_core.lifecycle.evaluate:register", "Validation only, per data source",
                     help="evaluate a checkpoint on the validation data per data source, to JSON"),
+        CommandSpec("gsm8k", "agentr1_core.builtin.gsm8k:register", "GSM8K data for the gsm8k recipe",
+                    help="prepare: read GSM8K's train/test JSONL and write the recipe's rows"),
     ]
 
 
 @hookimpl
 def agentr1_configs():
-    return package_configs("agentr1_core")  # agentr1_core/configs/*.yaml: default, tiny
+    return package_configs("agentr1_core")  # agentr1_core/configs/*.yaml: default, tiny, gsm8k, gsm8k-cpu
