@@ -33,6 +33,7 @@ class Kind:
     rows: Callable[[dict[str, str]], tuple[Rows, Rows]]  # the seeded (train, val) rows
     description: str = ""  # template of the one-line description (the spec's, the README's first line)
     factory_attr: str = ""  # the registered attribute when it is not the class ``$cls``
+    registry_kind: str = ""  # the registry's name for the kind when it is not ``kind`` (agent_flow)
     extra_fields: Callable[[dict[str, str]], dict[str, str]] = field(default=lambda fields: {})
 
 
@@ -48,9 +49,11 @@ def names(name: str, kind: Kind) -> dict[str, str]:
     ident = name.replace("-", "_")
     cls = "".join(part.title() for part in ident.split("_") if part) + kind.kind.title()
     fields = dict(name=name, ident=ident, package=f"agentr1_{ident}", dist=f"agentr1-{name}", cls=cls,
-                  module=kind.kind, kind=kind.kind, hook=kind.hook, spec_cls=kind.spec_cls,
+                  module=kind.kind, kind=kind.kind, registry_kind=kind.registry_kind or kind.kind, hook=kind.hook,
+                  spec_cls=kind.spec_cls,
                   title=f"the {name} {kind.kind}", Title=f"The {name} {kind.kind}", core_version=__version__)
-    fields["factory"] = f"{fields['package']}.{kind.kind}:{kind.factory_attr or cls}"
+    fields["obj"] = kind.factory_attr or cls  # what the spec registers
+    fields["factory"] = f"{fields['package']}.{kind.kind}:{fields['obj']}"
     fields.update(kind.extra_fields(fields))
     fields["description"] = fill(kind.description, fields)
     return fields
@@ -117,7 +120,10 @@ from agentr1_core.named_configs import package_configs
 
 @hookimpl
 def $hook():
-    return [$spec_cls("$ident", "$factory", "$description")]
+    return [$spec_cls(
+        "$ident", "$factory",
+        "$description",
+    )]
 
 
 @hookimpl
@@ -127,16 +133,18 @@ def agentr1_configs():
 
 README = '''# $dist
 
-$description, as an agentr1 plugin, with a run config that trains SmolLM2-135M-Instruct to use it on CPU.
+$description.
+
+An agentr1 plugin, with a run config that trains SmolLM2-135M-Instruct on CPU with it.
 
 ## Files
 
 | file | what it is |
 |---|---|
 | `pyproject.toml` | the distribution; its `agentr1` entry point names `$package.plugin` |
-| `$package/$module.py` | the $kind (`$cls`): an example to replace with your own |
+| `$package/$module.py` | the $kind (`$obj`): an example to replace with your own |
 | `$package/plugin.py` | registers the $kind as `$ident` and every `configs/*.yaml` as a named config |
-| `$package/configs/$name.yaml` | the run: warm-start SFT on expert episodes, then GRPO, then held-out validation |
+| `$package/configs/$name.yaml` | the run: SFT on expert episodes, then GRPO; held-out success before, between and after |
 | `$package/data/*.jsonl` | $train_rows training rows, $val_rows held-out rows (disjoint), a JSON object a line |
 | `tests/` | the $kind's contract, its registration, the config, the rows, the expert solving each held-out row |
 
@@ -242,9 +250,9 @@ ROW_KEYS = {"prompt", "data_source", "reward_model", "expert_actions", "env_kwar
 
 def test_registered_through_the_entry_point():
     registry = get_registry()
-    assert "$ident" in registry.names("$kind")
+    assert "$ident" in registry.names("$registry_kind")
     assert CONFIG in registry.names("config")
-    owner = registry.components["$kind"]["$ident"]
+    owner = registry.components["$registry_kind"]["$ident"]
     assert owner.distribution == "$dist"
 
 
@@ -281,4 +289,22 @@ def test_the_expert_solves_every_held_out_row(load_rows, expert_episode):
         traj = expert_episode(row, cfg)
         assert traj.termination == "done", (row["prompt"], traj.termination, traj.info.get("error"))
         assert traj.success() and traj.final_reward >= 1.0, (row["prompt"], [s.action_text for s in traj.steps])
+'''
+
+
+def calculator_rows(fields: dict[str, str]) -> tuple[Rows, Rows]:
+    """200 training and 32 held-out problems of the default run's calculator task (one seeded stream, disjoint
+    splits), for the kinds that train on it (reward, flow)."""
+    from agentr1_core.builtin.datasets import arithmetic_rows
+
+    return (arithmetic_rows("train", train_size=200, val_size=32, seed=0),
+            arithmetic_rows("val", train_size=200, val_size=32, seed=0))
+
+
+CALCULATOR_README = '''The rows are the default run's calculator task ("What is 876 * 61 - 786?" and the same
+arithmetic as a short word problem), written when the package was made: each row's `expert_actions` are one
+hermes call of the core's `calculator` tool and the answer:
+
+    <tool_call>{"name": "calculator", "arguments": {"expression": "876 * 61 - 786"}}</tool_call>
+    <answer>52650</answer>
 '''

@@ -25,10 +25,13 @@ UNITS: dict[str, dict[str, float]] = {
 PLURALS = {"inch": "inches", "foot": "feet"}
 
 
-def _table(value: dict[str, Any], indent: str = "    ") -> str:
+def _table(value: dict[str, dict[str, float]]) -> str:
+    """The units table as Python source, one unit a line."""
     lines = ["{"]
-    for key, inner in value.items():
-        lines.append(f"{indent}{json.dumps(key)}: {json.dumps(inner)},")
+    for dimension, units in value.items():
+        lines.append(f"    {json.dumps(dimension)}: {{")
+        lines += [f"        {json.dumps(unit)}: {size!r}," for unit, size in units.items()]
+        lines.append("    },")
     lines.append("}")
     return "\n".join(lines)
 
@@ -219,9 +222,10 @@ README = '''## The task
 `$package/tool.py` converts a quantity between units of length, mass or volume with a lookup table
 (`convert(37, "furlongs", "meters") == "7443.22"`); an unknown unit or a length-to-mass request raises, which the
 model sees as an error observation. Each row is a question such as "How many meters are in 37 furlongs?";
-its `expert_actions` are one hermes tool call and the answer:
+its `expert_actions` are one hermes tool call (on one line in the rows) and the answer:
 
-    <tool_call>{"name": "$ident", "arguments": {"value": 37, "from_unit": "furlongs", "to_unit": "meters"}}</tool_call>
+    <tool_call>{"name": "$ident",
+                "arguments": {"value": 37, "from_unit": "furlongs", "to_unit": "meters"}}</tool_call>
     <answer>7443.22</answer>
 
 The reward is `answer_match`: 1 when the last turn's `<answer>` equals `reward_model.ground_truth`.
