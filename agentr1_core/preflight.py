@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -134,4 +133,4 @@ def preflight(cfg: DictConfig, registry: Registry, keep_rows: bool = True, build
     build_env_once(cfg, registry, train[0])
     note = turn_cap_note(cfg)
     if note:
-        print(f"[config] {note}", file=sys.stderr, flush=True)
+        print(f"[config] {note}", flush=True)
