@@ -23,7 +23,7 @@ import inspect
 import json
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 MAX_OUTPUT_CHARS = 4000
 
@@ -129,23 +129,41 @@ async def _awaited(awaitable: Any) -> Any:
     return await awaitable
 
 
-async def _execute_in_thread(tool: BaseTool, arguments: dict[str, Any], limit: float) -> Any:
-    """``tool.execute`` in a daemon thread with an event loop of its own; ``asyncio.TimeoutError`` after ``limit``
-    seconds (an awaiting tool is cancelled in its loop; a blocking one runs to its end, unobserved)."""
+def in_daemon_thread(fn: Callable[[], Any], name: str) -> asyncio.Future[Any]:
+    """Start ``fn()`` in a daemon thread (with the caller's context variables); the returned future of the running
+    loop gets its result or exception. Nobody joins the thread, so one that never returns does not keep the process
+    alive; a result that arrives after the loop closed is dropped."""
     loop = asyncio.get_running_loop()
     done: asyncio.Future[Any] = loop.create_future()
-    inner: dict[str, Any] = {}
 
-    def settle(outcome: tuple[bool, Any]) -> None:
+    def settle(ok: bool, value: Any) -> None:
         if done.done():
             return
-        ok, value = outcome
         if ok:
             done.set_result(value)
         else:
             done.set_exception(value)
 
     def work() -> None:
+        try:
+            outcome: tuple[bool, Any] = (True, fn())
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's loop, raised there
+            outcome = (False, exc if isinstance(exc, Exception) else RuntimeError(repr(exc)))
+        try:
+            loop.call_soon_threadsafe(settle, *outcome)
+        except RuntimeError:  # the caller's loop is closed: nobody waits for this result any more
+            pass
+
+    threading.Thread(target=contextvars.copy_context().run, args=(work,), daemon=True, name=name).start()
+    return done
+
+
+async def _execute_in_thread(tool: BaseTool, arguments: dict[str, Any], limit: float) -> Any:
+    """``tool.execute`` in a daemon thread with an event loop of its own; ``asyncio.TimeoutError`` after ``limit``
+    seconds (an awaiting tool is cancelled in its loop; a blocking one runs to its end, unobserved)."""
+    inner: dict[str, Any] = {}
+
+    def work() -> Any:
         own_loop = asyncio.new_event_loop()
         try:
             out = tool.execute(**arguments)
@@ -153,18 +171,11 @@ async def _execute_in_thread(tool: BaseTool, arguments: dict[str, Any], limit: f
                 task = own_loop.create_task(_awaited(out))
                 inner["cancel"] = lambda: own_loop.call_soon_threadsafe(task.cancel)
                 out = own_loop.run_until_complete(task)
-            outcome: tuple[bool, Any] = (True, out)
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller's loop, raised there
-            outcome = (False, exc if isinstance(exc, Exception) else RuntimeError(repr(exc)))
+            return out
         finally:
             own_loop.close()
-        try:
-            loop.call_soon_threadsafe(settle, outcome)
-        except RuntimeError:  # the rollout's loop is closed: nobody waits for this result any more
-            pass
 
-    context = contextvars.copy_context()
-    threading.Thread(target=context.run, args=(work,), daemon=True, name=f"agentr1-tool-{tool.name}").start()
+    done = in_daemon_thread(work, f"agentr1-tool-{tool.name}")
     try:
         return await asyncio.wait_for(done, timeout=limit)
     except asyncio.TimeoutError:

@@ -24,12 +24,10 @@ text instead of sampling, so the same agent code produces the demonstration epis
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import importlib
 import importlib.util
 import inspect
 import sys
-import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -39,6 +37,7 @@ from typing import Any, Callable
 from agentr1_core.flows import AgentFlowBase, FlowContext
 from agentr1_core.mdp import Action, Step, Trajectory
 from agentr1_core.rollout.base import SamplingParams
+from agentr1_core.tools import in_daemon_thread
 from agentr1_gateway.server import EpisodeGateway
 
 HIDDEN_FROM_AGENT = ("reward_model", "expert_actions")
@@ -89,35 +88,6 @@ class _ExpertReplies:
 
     def expert_action(self) -> str | None:
         return self.actions.pop(0) if self.actions else None
-
-
-def _in_daemon_thread(fn: Callable[[], Any]) -> asyncio.Future[Any]:
-    """Start ``fn()`` in a daemon thread; the returned future (of the running loop) gets its result or exception.
-    Nobody joins the thread: one that never returns does not keep the process alive."""
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[Any] = loop.create_future()
-
-    def settle(ok: bool, value: Any) -> None:
-        if done.done():
-            return
-        if ok:
-            done.set_result(value)
-        else:
-            done.set_exception(value)
-
-    def work() -> None:
-        try:
-            outcome = (True, fn())
-        except BaseException as exc:  # noqa: BLE001 - raised again on the caller's loop
-            outcome = (False, exc if isinstance(exc, Exception) else RuntimeError(repr(exc)))
-        try:
-            loop.call_soon_threadsafe(settle, *outcome)
-        except RuntimeError:  # the rollout's loop is closed: nobody waits any more
-            pass
-
-    threading.Thread(target=contextvars.copy_context().run, args=(work,), daemon=True,
-                     name="agentr1-openai-agent").start()
-    return done
 
 
 async def _wait_for_agent(done: asyncio.Future[Any], gateway: EpisodeGateway, timeout: float) -> Any:
@@ -191,7 +161,7 @@ class OpenAIAgentFlow(AgentFlowBase):
         value, error = None, None
         base_url = await gateway.start()
         try:
-            running = _in_daemon_thread(lambda: self._call_agent(task, base_url, gateway.key))
+            running = in_daemon_thread(lambda: self._call_agent(task, base_url, gateway.key), "agentr1-openai-agent")
             value = await _wait_for_agent(running, gateway, self.timeout)
         except asyncio.TimeoutError:
             error = f"TimeoutError: the agent did not return within {self.timeout:g}s"
