@@ -111,7 +111,11 @@ def test_nothing_of_the_checkout_is_importable_in_the_new_environment(venv, outs
     assert str(ROOT) not in core_file and "site-packages" in core_file and int(gguf_size) > 90_000_000
     listed = _run([str(venv["cli"]), "config", "list", "--json"], cwd=outside, env=venv["env"])
     assert {r["name"]: r["distribution"] for r in json.loads(listed.stdout)} == {
-        "default": "agentr1-core", "tiny": "agentr1-core"}
+        "default": "agentr1-core", "tiny": "agentr1-core", "gsm8k": "agentr1-core", "gsm8k-cpu": "agentr1-core"}
+    sample = _run([str(venv["python"]), "-c", "from agentr1_core.builtin.gsm8k import sample_path; "
+                   "f = sample_path('test'); print(f, sum(1 for _ in open(f)))"], cwd=outside, env=venv["env"])
+    sample_path, lines = sample.stdout.split()
+    assert str(ROOT) not in sample_path and "site-packages" in sample_path and int(lines) == 100
 
 
 @pytest.mark.parametrize("recipe", list(RECIPES))
