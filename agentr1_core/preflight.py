@@ -31,7 +31,10 @@ PROVIDED_BY = {
     ("env", "alfworld"): "agentr1-env-alfworld", ("dataset", "alfworld"): "agentr1-env-alfworld",
     ("reward", "alfworld_won"): "agentr1-env-alfworld", ("dataset", "alfworld_split"): "agentr1-env-alfworld",
     ("env", "webshop"): "agentr1-env-webshop", ("dataset", "webshop"): "agentr1-env-webshop",
-    ("algorithm", "opd"): "agentr1-opd",
+    ("algorithm", "opd"): "agentr1-opd", ("agent_flow", "openai_agent"): "agentr1-gateway",
+    **{(kind, n): "agentr1-tools-papers" for kind, n in (
+        ("tool", "paper_search"), ("tool", "paper_expand"), ("env", "paper_search"), ("dataset", "scholar_queries"),
+        ("reward", "paper_recall"), ("reward", "paper_selector"))},
     ("engine", "vllm"): "agentr1-core[vllm]", ("trainer", "ray"): "agentr1-core[ray]",
     ("trainer", "verl"): "agentr1-core[verl]",
 }

@@ -30,6 +30,7 @@ DISTRIBUTIONS = {  # distribution -> source folder
     "agentr1-env-alfworld": ROOT / "plugins" / "agentr1-env-alfworld",
     "agentr1-opd": ROOT / "plugins" / "agentr1-opd",
     "agentr1-gateway": ROOT / "plugins" / "agentr1-gateway",
+    "agentr1-tools-papers": ROOT / "plugins" / "agentr1-tools-papers",
 }
 TINY = ["stages=[rl]", "trainer.total_steps=1", "trainer.checkpoint_every=-1", "rollout.batch_size=1", "rollout.n=2",
         "rollout.max_new_tokens=8", "rollout.max_turns=2", "validation.every=0", "validation.max_rows=1"]
@@ -37,6 +38,7 @@ RECIPES = {  # config -> (distribution, recipe-specific tiny overrides, or None:
     "hotpotqa": ("agentr1-tools-search", ["env.max_turns=2"]),
     "webshop": ("agentr1-env-webshop", ["env.max_steps=2"]),
     "calculator-openai": ("agentr1-gateway", []),  # the example agent module ships in the wheel
+    "papersearch": ("agentr1-tools-papers", []),
     # Their one-iteration runs passed here too (about 5 and 6 minutes on a loaded 2-core machine); left out of every
     # CI run to keep this file to minutes: their recipes' own smoke tests run the same code from the checkout.
     "alfworld": ("agentr1-env-alfworld", None),
