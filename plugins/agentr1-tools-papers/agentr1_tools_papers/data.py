@@ -13,9 +13,10 @@ Queries without gold papers are skipped (nothing to find, nothing to score). The
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Iterator
+
+from agentr1_tools_papers.papers import jsonl_records
 
 SAMPLES = {"train": "data/autoscholar_train400.jsonl", "test": "data/autoscholar_test100.jsonl"}
 
@@ -60,20 +61,10 @@ def _date(rec: dict[str, Any]) -> str:
 
 def read_query_records(path: str | Path) -> Iterator[tuple[str, dict[str, Any]]]:
     """``(where, record)`` per non-blank line of a JSONL query file."""
-    file = Path(path)
-    if not file.is_file():
-        raise QueryFileError(f"query file not found: {file}")
-    with open(file, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise QueryFileError(f"{file}:{n}: not JSON ({exc.msg})") from None
-            if not isinstance(rec, dict):
-                raise QueryFileError(f"{file}:{n}: expected a JSON object")
-            yield f"{file}:{n}", rec
+    for where, rec in jsonl_records(path, QueryFileError, "query file"):
+        if not isinstance(rec, dict):
+            raise QueryFileError(f"{where}: expected a JSON object")
+        yield where, rec
 
 
 def query_row(rec: dict[str, Any], where: str, index: int) -> dict[str, Any] | None:

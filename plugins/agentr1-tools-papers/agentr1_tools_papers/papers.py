@@ -83,17 +83,23 @@ def paper_from_record(rec: Any, where: str) -> Paper:
                  citations=_ids(rec.get("citations"), "citations", where))
 
 
-def read_corpus(path: str | os.PathLike) -> Iterator[Paper]:
-    """Papers of a corpus JSONL, in file order (blank lines skipped)."""
+def jsonl_records(path: str | os.PathLike, error: type[ValueError], what: str) -> Iterator[tuple[str, Any]]:
+    """``(where, record)`` per non-blank line of a JSONL file (``where`` is ``file:line``); a missing file or a
+    line that is not JSON raises ``error`` naming ``what`` the file holds, or the file and line."""
     file = Path(path)
     if not file.is_file():
-        raise CorpusError(f"paper corpus not found: {file}")
+        raise error(f"{what} not found: {file}")
     with open(file, encoding="utf-8") as fh:
         for n, line in enumerate(fh, 1):
             if not line.strip():
                 continue
             try:
-                rec = json.loads(line)
+                yield f"{file}:{n}", json.loads(line)
             except json.JSONDecodeError as exc:
-                raise CorpusError(f"{file}:{n}: not JSON ({exc.msg})") from None
-            yield paper_from_record(rec, f"{file}:{n}")
+                raise error(f"{file}:{n}: not JSON ({exc.msg})") from None
+
+
+def read_corpus(path: str | os.PathLike) -> Iterator[Paper]:
+    """Papers of a corpus JSONL, in file order (blank lines skipped)."""
+    for where, rec in jsonl_records(path, CorpusError, "paper corpus"):
+        yield paper_from_record(rec, where)

@@ -19,7 +19,7 @@ from typing import Any, Iterator
 from agentr1_core.fetch import FetchError, add_prepare_command, fetch, sources_from_args
 
 from agentr1_tools_papers.data import QueryFileError, read_query_records
-from agentr1_tools_papers.papers import CorpusError, paper_from_record
+from agentr1_tools_papers.papers import CorpusError, jsonl_records, paper_from_record
 
 SCHOLARGYM_COMMIT = "f426fd15e3ff28ee11ddeafc253dffd73ef88500"
 SOURCES = {"queries": f"https://raw.githubusercontent.com/shenhao-stu/ScholarGym/{SCHOLARGYM_COMMIT}/data/"
@@ -31,24 +31,17 @@ def paper_records(path: Path) -> Iterator[tuple[str, Any]]:
     """``(where, record)`` of a paper file: JSONL (one paper per line), a JSON list of papers, or a JSON object
     mapping paper id -> record."""
     with open(path, encoding="utf-8") as fh:
-        first = fh.readline()
         try:
-            head = json.loads(first)
+            head = json.loads(fh.readline())
         except json.JSONDecodeError:
             head = None
-        fh.seek(0)
-        if isinstance(head, dict) and "title" in head:
-            for n, line in enumerate(fh, 1):
-                if line.strip():
-                    try:
-                        yield f"{path}:{n}", json.loads(line)
-                    except json.JSONDecodeError as exc:
-                        raise CorpusError(f"{path}:{n}: not JSON ({exc.msg})") from None
-            return
-        try:
-            data = json.load(fh)
-        except json.JSONDecodeError as exc:
-            raise CorpusError(f"{path}: neither JSONL papers nor a JSON list or object ({exc.msg})") from None
+    if isinstance(head, dict) and "title" in head:
+        yield from jsonl_records(path, CorpusError, "paper file")
+        return
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise CorpusError(f"{path}: neither JSONL papers nor a JSON list or object ({exc.msg})") from None
     if not isinstance(data, (dict, list)):
         raise CorpusError(f"{path}: expected papers as JSONL, a JSON list or an id -> paper object")
     items = data.items() if isinstance(data, dict) else enumerate(data)
