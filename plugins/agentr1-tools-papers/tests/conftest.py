@@ -1,8 +1,12 @@
-"""Shared fixtures: an isolated index cache (indexes built during tests never land in the user's cache) and the
-small hand-written corpus with citation lists."""
+"""Shared fixtures: an isolated index cache (indexes built during tests never land in the user's cache), the
+small hand-written corpus with citation lists, and the installed ``agentr1-core`` command."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,3 +26,15 @@ def isolated_cache(tmp_path_factory):
 @pytest.fixture
 def small_corpus() -> Path:
     return DATA / "papers_small.jsonl"
+
+
+@pytest.fixture(scope="session")
+def cli():
+    """``cli(*args, cwd=...)`` runs the installed ``agentr1-core`` (the entry point of this environment)."""
+    exe = shutil.which("agentr1-core", path=str(Path(sys.executable).parent)) or "agentr1-core"
+
+    def run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+        return subprocess.run([exe, *args], cwd=cwd, capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+    return run
