@@ -16,7 +16,8 @@ on ``context``:
 metrics.
 
 The scripted expert (for the warm-start SFT) searches the query's key words, then the titles of gold papers not yet
-found (while turns remain), and selects the gold papers it found.
+found (while turns remain), each cut to ``expert_words`` words so that a call fits a small ``max_new_tokens``, and
+selects the gold papers it found.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ class PaperSearchEnv(ToolEnv):
     def __init__(self, tools: list[Any] | None = None, tool_format: str = "hermes",
                  system_prompt: str = DEFAULT_SYSTEM_PROMPT, max_turns: int = 4, context: str = "summary",
                  window: int = 2, max_pool: int = 10, title_chars: int = 90, max_calls_per_turn: int = 2,
-                 max_select: int = 10, year_cutoff: bool = True,
+                 max_select: int = 10, year_cutoff: bool = True, expert_words: int = 6,
                  tool_timeout: float | None = 30.0) -> None:
         if context not in CONTEXT_MODES:
             raise ValueError(f"paper_search: context must be one of {', '.join(CONTEXT_MODES)}, got {context!r}")
@@ -72,7 +73,7 @@ class PaperSearchEnv(ToolEnv):
                          context="append", window=window, tool_timeout=tool_timeout)
         self.context, self.max_pool, self.title_chars = context, max_pool, title_chars
         self.max_calls_per_turn, self.max_select = max_calls_per_turn, max_select
-        self.year_cutoff = year_cutoff
+        self.year_cutoff, self.expert_words = year_cutoff, expert_words
         self.query, self.year_max, self.gold = "", None, []
         self.pool: OrderedDict[str, dict[str, Any]] = OrderedDict()  # id -> paper, in the order found
         self.actions: list[str] = []
@@ -202,9 +203,8 @@ class PaperSearchEnv(ToolEnv):
         return [(str(p.get("id")), str(p.get("title") or "")) for p in papers if p.get("title")]
 
     @staticmethod
-    def _call(name: str, arguments: dict[str, Any], note: str) -> str:
-        return f"{note}\n<tool_call>" + json.dumps({"name": name, "arguments": arguments},
-                                                   ensure_ascii=False) + "</tool_call>"
+    def _call(name: str, arguments: dict[str, Any]) -> str:
+        return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False) + "</tool_call>"
 
     def expert_action(self) -> str | None:
         if self._expert_state is None:  # the row brought its own demonstration
@@ -216,13 +216,11 @@ class PaperSearchEnv(ToolEnv):
         last_turn = self.turn >= self.max_turns - 1
         if not state["searched"] and not last_turn:
             state["searched"] = True
-            query = key_words(self.query)
-            return self._call("paper_search", {"query": query}, f"Searching for: {query}")
+            return self._call("paper_search", {"query": key_words(self.query, self.expert_words)})
         if missing and not last_turn:
             pid, title = missing[0]
             state["titles"] = [t for t in state["titles"] if t[0] != pid]
-            query = key_words(title, limit=10)
-            return self._call("paper_search", {"query": query}, f"Searching for: {query}")
+            return self._call("paper_search", {"query": key_words(title, self.expert_words)})
         found = [self.number_of(pid) for pid in self.gold if pid in self.pool]
         return f"<answer>{', '.join(map(str, found))}</answer>" if found else "<answer></answer>"
 

@@ -16,8 +16,15 @@ DATA = Path(__file__).parent / "data"
 
 @pytest.fixture(scope="session", autouse=True)
 def isolated_cache(tmp_path_factory):
+    """Paper indexes go to a temporary cache; converted models stay shared (``models`` links to the usual folder,
+    so the real SmolLM2 is converted at most once, as in any run)."""
+    from agentr1_core import models
+
+    model_cache = models.cache_root()
+    model_cache.mkdir(parents=True, exist_ok=True)
     mp = pytest.MonkeyPatch()
     cache = tmp_path_factory.mktemp("agentr1-cache")
+    (cache / "models").symlink_to(model_cache, target_is_directory=True)
     mp.setenv("AGENTR1_CACHE", str(cache))
     yield cache
     mp.undo()

@@ -106,7 +106,7 @@ def test_the_scripted_expert_searches_key_words_then_missing_gold_titles_then_se
         if act(env, text).done:
             break
     assert json.loads(steps[0].split("<tool_call>")[1].split("</tool_call>")[0])["arguments"] == {
-        "query": key_words(ROW["extra_info"]["query"])}
+        "query": key_words(ROW["extra_info"]["query"], env.expert_words)}
     assert steps[-1].startswith("<answer>")
     selected, _ = env.selection(steps[-1][len("<answer>"):-len("</answer>")])
     assert set(selected) == {"p5", "p7"}
@@ -168,3 +168,27 @@ def test_episode_metrics_count_expansions():
     traj = _traj([["a"]], ["a"])
     traj.steps[0].info["expansions"] = 2
     assert episode_metrics(traj, {"reward_model": {"ground_truth": ["a"]}})["expansions"] == 2
+
+
+@pytest.mark.slow
+def test_the_experts_calls_fit_the_cpu_recipes_token_budget():
+    """Every expert action on the shipped training queries fits ``rollout.max_new_tokens`` of papersearch-cpu, so
+    the warm start never teaches a call the policy cannot finish (measured with the real tokenizer)."""
+    from agentr1_core.config import load_config
+    from agentr1_core.models import load_model_and_tokenizer
+
+    from agentr1_tools_papers.data import load_scholar_queries
+
+    cfg = load_config("papersearch-cpu")
+    _, tokenizer = load_model_and_tokenizer(cfg.model.path)
+    longest = 0
+    for row in load_scholar_queries(split="train")[: int(cfg.sft.rows)]:
+        env = PaperSearchEnv(tools=[dict(t) for t in cfg.env.tools], max_turns=int(cfg.env.max_turns))
+        env.load_expert(row)
+        asyncio.run(env.reset(row))
+        while (text := env.expert_action()) is not None:
+            longest = max(longest, len(tokenizer(text)["input_ids"]))
+            result = act(env, text)
+            if result.done or result.truncated:
+                break
+    assert 0 < longest <= int(cfg.rollout.max_new_tokens)
