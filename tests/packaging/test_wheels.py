@@ -38,7 +38,7 @@ RECIPES = {  # config -> (distribution, recipe-specific tiny overrides, or None:
     "hotpotqa": ("agentr1-tools-search", ["env.max_turns=2"]),
     "webshop": ("agentr1-env-webshop", ["env.max_steps=2"]),
     "calculator-openai": ("agentr1-gateway", []),  # the example agent module ships in the wheel
-    "papersearch": ("agentr1-tools-papers", []),
+    "papersearch-cpu": ("agentr1-tools-papers", []),
     # Their one-iteration runs passed here too (about 5 and 6 minutes on a loaded 2-core machine); left out of every
     # CI run to keep this file to minutes: their recipes' own smoke tests run the same code from the checkout.
     "alfworld": ("agentr1-env-alfworld", None),
@@ -118,6 +118,15 @@ def test_nothing_of_the_checkout_is_importable_in_the_new_environment(venv, outs
                    "f = sample_path('test'); print(f, sum(1 for _ in open(f)))"], cwd=outside, env=venv["env"])
     sample_path, lines = sample.stdout.split()
     assert str(ROOT) not in sample_path and "site-packages" in sample_path and int(lines) == 100
+
+
+def test_the_core_gsm8k_recipe_runs_from_its_wheel_outside_the_checkout(venv, outside):
+    run_dir = outside / "run-gsm8k-cpu"
+    _run([str(venv["cli"]), "run", "gsm8k-cpu", *TINY, f"run_dir={run_dir}"], cwd=outside, env=venv["env"])
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line]
+    assert [r["iteration"] for r in records if "iteration" in r and "event" not in r] == [1]
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert saved["data"]["train"]["name"] == "gsm8k" and saved["data"]["train"]["path"] == ""
 
 
 @pytest.mark.parametrize("recipe", list(RECIPES))

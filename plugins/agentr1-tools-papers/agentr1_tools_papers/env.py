@@ -7,7 +7,8 @@ ends the episode. Every paper a call returns joins the pool under a stable numbe
 on ``context``:
 
 - ``summary`` (default): one user message rebuilt each step: the query, the pool (the newest ``max_pool`` papers,
-  numbered), the searches and expansions done, and any tool error of the last turn. The prompt stays flat.
+  numbered), the searches and expansions done, any tool error of the last turn, and the turns left (on the last
+  one it asks for the answer). The prompt stays flat.
 - ``window``: system prompt, query and the last ``window`` turns; ``append``: the whole transcript.
 
 ``year_cutoff`` (default on) limits every search to papers published in or before the year of the row's ``date``
@@ -117,7 +118,12 @@ class PaperSearchEnv(ToolEnv):
             parts.append("Done: " + "; ".join(self.actions))
         if self.last_errors:
             parts.append("Last turn: " + " ".join(self.last_errors))
-        parts.append("Search again, or finish with <answer>numbers of the relevant papers</answer>.")
+        left = self.max_turns - self.turn
+        if left <= 1:
+            parts.append("This is your last turn: finish with <answer>numbers of the relevant papers</answer>.")
+        else:
+            parts.append(f"{left} turns left. Search again, or finish with <answer>numbers of the relevant "
+                         "papers</answer>.")
         return "\n\n".join(parts)
 
     def selection(self, text: str) -> tuple[list[str], int]:

@@ -76,10 +76,11 @@ def test_the_year_cut_off_comes_from_the_row_date(small_corpus):
 
 def test_no_action_and_bad_calls_are_errors_the_agent_sees_and_the_turn_limit_truncates(small_corpus):
     env = make_env(small_corpus, max_turns=2)
-    asyncio.run(env.reset(ROW))
+    assert "2 turns left." in asyncio.run(env.reset(ROW)).messages[-1]["content"]
     res = act(env, "I think about it.")
     assert res.info["tool_errors"] == {"no_action": 1} and not res.truncated
-    assert "Last turn: Error: call paper_search" in res.observation.messages[-1]["content"]
+    shown = res.observation.messages[-1]["content"]
+    assert "Last turn: Error: call paper_search" in shown and "This is your last turn: finish with <answer>" in shown
     res = act(env, call("paper_search"))  # missing query
     assert res.truncated and sum(res.info["tool_errors"].values()) == 1
 
