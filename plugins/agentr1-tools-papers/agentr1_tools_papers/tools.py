@@ -1,14 +1,13 @@
 """The ``paper_search`` and ``paper_expand`` tools, over one paper service (offline index or HTTP API).
 
 Both tools open their service when they are built, so a missing corpus or an unreachable service stops a run at
-startup with one line (the run's preflight builds the env and its tools before the model loads). Service calls run
-in a worker thread; a service error during an episode is an error observation the agent sees, and an unknown paper
+startup with one line (the run's preflight builds the env and its tools before the model loads). ``execute`` is
+synchronous: the core runs each call in its own thread under the tool's timeout. A service error during an episode is an error observation the agent sees, and an unknown paper
 id on expand is a plain observation ("no paper with id ..."), never a crash.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 from typing import Any
 
@@ -59,8 +58,6 @@ def paper_dicts(papers: list[Paper]) -> list[dict[str, Any]]:
 
 
 class _PaperTool(BaseTool):
-    runs_in_thread = False  # execute hands the service call to a worker thread itself
-
     def __init__(self, corpus: str = "", index: str = "", url: str = "", top_k: int = 5, snippet_chars: int = 0,
                  timeout: float = 10.0, retries: int = 2, max_concurrency: int = 4, api_key: str = "") -> None:
         if top_k < 1:
@@ -75,9 +72,9 @@ class _PaperTool(BaseTool):
             return ToolResult(empty, info={"papers": []})
         return ToolResult(format_papers(papers, self.snippet_chars), info={"papers": paper_dicts(papers)})
 
-    async def execute(self, **arguments: Any) -> ToolResult:
+    def execute(self, **arguments: Any) -> ToolResult:
         try:
-            return await asyncio.to_thread(self.run, **arguments)
+            return self.run(**arguments)
         except ServiceError as exc:
             return ToolResult(f"Error: {self.name}: the paper service failed: {exc}", error="service_error")
 

@@ -10,6 +10,7 @@ import shutil
 
 import pytest
 
+from agentr1_core.tools import call_tool
 from agentr1_tools_papers.index import OfflineIndex, build_index, default_index_dir, forget_open_indexes
 from agentr1_tools_papers.papers import CorpusError, read_corpus
 from agentr1_tools_papers.server import make_server, server_url
@@ -92,35 +93,36 @@ def test_the_shipped_corpus_holds_every_gold_paper_of_the_shipped_queries():
         assert all(set(r["reward_model"]["ground_truth"]) <= ids for r in rows)
 
 
-def run(coro):
-    return asyncio.run(coro)
+def call(tool, **arguments):
+    """One call through the core's tool runner, as the env makes it (argument checks, thread, timeout)."""
+    return asyncio.run(call_tool(tool, arguments))
 
 
 def test_paper_search_tool_shows_ids_titles_years_and_reports_papers(small_corpus):
     forget_open_indexes()
     tool = PaperSearchTool(corpus=str(small_corpus), top_k=2, snippet_chars=30)
-    res = run(tool.execute(query="graph attention anomaly"))
+    res = call(tool, query="graph attention anomaly")
     assert res.error is None
     assert res.text.splitlines()[0] == "[p10] Multivariate time-series anomaly detection with graph attention (2020)"
     assert res.text.splitlines()[1].startswith("    Feature and temporal graph") and res.text.splitlines()[1].endswith("...")
     assert [p["id"] for p in res.info["papers"]] == ["p10", "p9"]
-    assert run(tool.execute(query="graph attention", year_max=2018)).info["papers"][0]["id"] == "p9"
-    assert run(tool.execute(query="   ")).error == "bad_arguments"
-    assert run(tool.execute(query="x" * 400)).error == "bad_arguments"
-    assert run(tool.execute(query="graph", year_max="soon")).error == "bad_arguments"
-    none = run(tool.execute(query="zebra"))
+    assert call(tool, query="graph attention", year_max=2018).info["papers"][0]["id"] == "p9"
+    assert call(tool, query="   ").error == "bad_arguments"
+    assert call(tool, query="x" * 400).error == "bad_arguments"
+    assert call(tool, query="graph", year_max="soon").error == "bad_arguments"
+    none = call(tool, query="zebra")
     assert none.error is None and none.info["papers"] == [] and "No papers found" in none.text
 
 
 def test_paper_expand_tool_lists_neighbours_and_answers_unknown_ids_as_an_observation(small_corpus):
     tool = PaperExpandTool(corpus=str(small_corpus), top_k=5)
-    res = run(tool.execute(paper="p6", direction="citations"))
+    res = call(tool, paper="p6", direction="citations")
     assert [p["id"] for p in res.info["papers"]] == ["p7"] and res.text.startswith("[p7] Group relative")
-    assert [p["id"] for p in run(tool.execute(paper="[p4]")).info["papers"]] == ["p2", "p3"]  # references default
-    unknown = run(tool.execute(paper="2401.00001", direction="references"))
+    assert [p["id"] for p in call(tool, paper="[p4]").info["papers"]] == ["p2", "p3"]  # references default
+    unknown = call(tool, paper="2401.00001", direction="references")
     assert unknown.error is None and unknown.info["papers"] == [] and "No paper with id '2401.00001'" in unknown.text
-    assert run(tool.execute(paper="p1", direction="sideways")).error == "bad_arguments"
-    assert "No references known" in run(tool.execute(paper="p1")).text
+    assert call(tool, paper="p1", direction="sideways").error == "bad_arguments"
+    assert "No references known" in call(tool, paper="p1").text
 
 
 def test_tools_over_the_http_service_and_a_service_that_dies_mid_run(small_corpus):
@@ -133,13 +135,13 @@ def test_tools_over_the_http_service_and_a_service_that_dies_mid_run(small_corpu
     try:
         search = PaperSearchTool(url=url, top_k=2, timeout=2.0, retries=0)
         expand = PaperExpandTool(url=url, top_k=5, timeout=2.0, retries=0)
-        assert [p["id"] for p in run(search.execute(query="graph attention anomaly")).info["papers"]] == ["p10", "p9"]
-        assert [p["id"] for p in run(expand.execute(paper="p12")).info["papers"]] == ["p11", "p3"]
+        assert [p["id"] for p in call(search, query="graph attention anomaly").info["papers"]] == ["p10", "p9"]
+        assert [p["id"] for p in call(expand, paper="p12").info["papers"]] == ["p11", "p3"]
     finally:
         server.shutdown()
         server.server_close()
         thread.join()
-    dead = run(search.execute(query="graph attention"))
+    dead = call(search, query="graph attention")
     assert dead.error == "service_error" and url in dead.text
 
 
