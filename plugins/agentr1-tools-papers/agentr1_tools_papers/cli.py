@@ -10,7 +10,8 @@ import json
 
 
 def cmd_index(args: argparse.Namespace) -> int:
-    from agentr1_tools_papers.index import build_index, read_corpus
+    from agentr1_tools_papers.index import build_index
+    from agentr1_tools_papers.papers import read_corpus
 
     papers = list(read_corpus(args.corpus))
     out = build_index(args.corpus, args.out, papers=papers, progress=not args.quiet)

@@ -33,7 +33,8 @@ def sample_path(split: str) -> Path:
     return Path(package_data("agentr1_tools_papers", SAMPLES[split]))
 
 
-def _gold(rec: dict[str, Any], where: str) -> list[dict[str, Any]]:
+def gold_papers(rec: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    """The gold papers (``id``, ``title``, ``year``) of one query record, ScholarGym or PaSa format."""
     if "cited_paper" in rec:
         papers = rec["cited_paper"]
         if not isinstance(papers, list):
@@ -72,7 +73,7 @@ def query_row(rec: dict[str, Any], where: str, index: int) -> dict[str, Any] | N
     query = rec.get("query", rec.get("question"))
     if not isinstance(query, str) or not query.strip():
         raise QueryFileError(f"{where}: a query needs a non-empty query (or question) string")
-    gold = _gold(rec, where)
+    gold = gold_papers(rec, where)
     if not gold:
         return None
     source = str(rec.get("source") or "queries")

@@ -18,7 +18,7 @@ from typing import Any, Iterator
 
 from agentr1_core.fetch import FetchError, add_prepare_command, fetch, sources_from_args
 
-from agentr1_tools_papers.data import QueryFileError, read_query_records
+from agentr1_tools_papers.data import QueryFileError, gold_papers, read_query_records
 from agentr1_tools_papers.papers import CorpusError, jsonl_records, paper_from_record
 
 SCHOLARGYM_COMMIT = "f426fd15e3ff28ee11ddeafc253dffd73ef88500"
@@ -62,12 +62,8 @@ def split_queries(queries: Path, train_sources: list[str]) -> tuple[list[str], l
             if key and seen.setdefault(key, side) != side:
                 raise FetchError(f"{where}: query {key[5:]!r} is on both the training and the held-out side")
         (train if side == "train" else test).append(json.dumps(rec, ensure_ascii=False))
-        for p in rec.get("cited_paper") or []:
-            if p.get("arxiv_id"):
-                gold.setdefault(str(p["arxiv_id"]), {"id": str(p["arxiv_id"]), "title": p.get("title") or "",
-                                                     "year": p.get("year")})
-        for pid, title in zip(rec.get("answer_arxiv_id") or [], rec.get("answer") or []):
-            gold.setdefault(str(pid), {"id": str(pid), "title": str(title), "year": None})
+        for paper in gold_papers(rec, where):
+            gold.setdefault(paper["id"], paper)
     return train, test, list(gold.values())
 
 
