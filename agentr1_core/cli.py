@@ -15,7 +15,8 @@ import sys
 from typing import Any, Sequence
 
 from agentr1_core import __version__
-from agentr1_core.plugins import PluginError, get_registry
+from agentr1_core.errors import UserError
+from agentr1_core.plugins import get_registry
 
 EXIT_USAGE = 2
 
@@ -83,9 +84,22 @@ def cmd_config_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_config_list(args: argparse.Namespace) -> int:
-    from agentr1_core.named_configs import config_rows
+def config_rows() -> list[dict[str, Any]]:
+    """``{name, distribution, plugin, description, path}`` of every available named config, sorted by name."""
+    registry = get_registry()
+    rows = []
+    for name in registry.names("config"):
+        owner = registry.components["config"][name]
+        try:
+            path = str(owner.spec.load()())
+        except (OSError, ValueError, ModuleNotFoundError) as exc:
+            path = f"(missing: {exc})"
+        rows.append({"name": name, "distribution": owner.distribution, "plugin": owner.plugin,
+                     "description": owner.spec.description, "path": path})
+    return rows
 
+
+def cmd_config_list(args: argparse.Namespace) -> int:
     rows = config_rows()
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -169,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
                                description=spec.description)
         try:
             registry.load("command", name)(cmd_p)
-        except PluginError as exc:
+        except UserError as exc:
             cmd_p.set_defaults(func=lambda _a, _e=exc: _fail(str(_e)))
     return parser
 
@@ -191,7 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help()
             return EXIT_USAGE
         return int(args.func(args) or 0)
-    except PluginError as exc:  # ConfigError included
+    except UserError as exc:  # ConfigError, PluginError, RunDirInUseError, ... (agentr1_core.errors)
         return _fail(str(exc))
     except BrokenPipeError:  # output piped into head & co: stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

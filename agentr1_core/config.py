@@ -1,18 +1,16 @@
 """Run configuration: structured dataclasses merged with YAML files and dotlist overrides through OmegaConf.
 
-Components are chosen by name, ``{name: ..., **params}``; their params are checked against the factory's keyword
-arguments (``validate_params``). A YAML file may start from another with ``base: NAME_OR_PATH`` (a named config
-that an installed distribution provides, such as ``default`` or ``webshop``, or a path relative to the file). A layer
-or override that changes a component's ``name`` (``env: {name: maze}`` over a base with ``tool_env``) starts that
-component afresh: the old one's params are not inherited; ``key.name=...`` overrides apply before the others. Every
-mistake becomes a ``ConfigError`` whose message is one line with the full key path; the CLI prints it and exits with
-code 2.
+Components are chosen by name, ``{name: ..., **params}``, at the keys that ``agentr1_core.kinds`` lists; their
+params are checked against the factory's keyword arguments (``agentr1_core.params``). A YAML file may start from
+another with ``base: NAME_OR_PATH`` (a named config that an installed distribution provides, such as ``default`` or
+``webshop``, or a path relative to the file). A layer or override that changes a component's ``name``
+(``env: {name: maze}`` over a base with ``tool_env``) starts that component afresh: the old one's params are not
+inherited; ``key.name=...`` overrides apply before the others. Every mistake becomes a ``ConfigError`` whose message
+is one line with the full key path; the CLI prints it and exits with code 2.
 """
 
 from __future__ import annotations
 
-import inspect
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,11 +18,11 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from agentr1_core import named_configs
-from agentr1_core.plugins import PluginError, suggest
-
-class ConfigError(PluginError):
-    """A one-line configuration problem (exit code 2)."""
+from agentr1_core import named_configs  # noqa: F401  (registers the ${package_data:...} resolver)
+from agentr1_core.errors import ConfigError
+from agentr1_core.kinds import config_keys
+from agentr1_core.plugins import get_registry
+from agentr1_core.specs import ConfigSpec
 
 
 @dataclass
@@ -145,11 +143,9 @@ class RunConfig:
     plugins: PluginsConfig = field(default_factory=PluginsConfig)
 
 
-COMPONENT_KEYS = {"engine": "engine", "env": "env", "agent_flow": "agent_flow", "reward": "reward",
-                  "algorithm": "algorithm", "trainer": "trainer", "data.train": "dataset", "data.val": "dataset"}
-
-
-SWITCHABLE_KEYS = tuple(k for k in COMPONENT_KEYS if k != "trainer")
+# The {name: ..., **params} nodes of a run config (agentr1_core.kinds), by key: a new name there starts the node afresh.
+COMPONENT_KEYS = config_keys("node")
+SWITCHABLE_KEYS = tuple(COMPONENT_KEYS)
 SWITCH_OVERRIDES = tuple(f"{k}.name" for k in SWITCHABLE_KEYS)
 
 
@@ -167,6 +163,18 @@ def _one_line(exc: OmegaConfBaseException) -> str:
     return f"config error at {key}: {msg}" if key else f"config error: {msg}"
 
 
+def find_config(name: str) -> Path | None:
+    """The YAML file of the named config ``name``, or None when no installed distribution provides it.
+
+    Two distributions providing one name raise the registry's conflict error (naming both)."""
+    registry = get_registry()
+    if name not in registry.components["config"] and ("config", name) not in registry.conflicts:
+        return None
+    spec = registry.get("config", name)
+    assert isinstance(spec, ConfigSpec)
+    return spec.path()
+
+
 def resolve_config_path(name: str, relative_to: Path | None = None) -> Path:
     """A YAML path, or the name of a config that an installed distribution provides (``default``, ``webshop``)."""
     candidates = [Path(name)]
@@ -175,13 +183,13 @@ def resolve_config_path(name: str, relative_to: Path | None = None) -> Path:
     for c in candidates:
         if c.is_file():
             return c
-    found = named_configs.find_config(name)
+    found = find_config(name)
     if found is not None:
         return found
     if Path(name).is_dir():
         raise ConfigError(f"{name} is a folder without a saved config.yaml, so not a run directory (a run writes "
                           f"its config.yaml there when it starts)")
-    raise ConfigError(f"config file {name!r} not found (named configs: {', '.join(named_configs.config_names())}"
+    raise ConfigError(f"config file {name!r} not found (named configs: {', '.join(get_registry().names('config'))}"
                       "; `agentr1-core config list` shows which distribution provides each)")
 
 
@@ -232,7 +240,7 @@ def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] 
         raise ConfigError(_one_line(exc)) from exc
     for key in COMPONENT_KEYS:
         node = OmegaConf.select(cfg, key)
-        if node is not None and key != "trainer" and not OmegaConf.select(cfg, f"{key}.name"):
+        if node is not None and not OmegaConf.select(cfg, f"{key}.name"):
             raise ConfigError(f"config error at {key}: a component needs a 'name'")
     return cfg
 
@@ -243,43 +251,3 @@ def component(cfg: DictConfig, key: str) -> tuple[str, dict[str, Any]]:
     assert isinstance(node, dict)
     node = dict(node)
     return str(node.pop("name")), node
-
-
-def _type_ok(value: Any, hint: Any) -> bool:
-    origin = typing.get_origin(hint) or hint
-    if hint is Any or origin is typing.Union or str(origin) == "types.UnionType":
-        args = typing.get_args(hint)
-        return not args or any(_type_ok(value, a) for a in args)
-    if hint is type(None):
-        return value is None
-    if origin is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if origin is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if origin in (str, bool, list, dict, tuple):
-        return isinstance(value, (list, tuple) if origin in (list, tuple) else origin)
-    return True
-
-
-def validate_params(spec: Any, params: dict[str, Any], where: str, reserved: set[str] = frozenset()) -> None:
-    """Check ``params`` against the factory's keyword arguments: unknown names, missing required ones, basic types."""
-    accepted = {n: p for n, p in spec.parameters().items() if n not in reserved}
-    if not spec.accepts_any_keyword():
-        for key in params:
-            if key not in accepted:
-                valid = ", ".join(sorted(accepted)) or "none"
-                raise ConfigError(f"config error at {where}.{key}: unknown parameter for {spec.kind} "
-                                  f"{spec.name!r}{suggest(key, accepted)}; valid: {valid}")
-    missing = [n for n, p in accepted.items() if p.default is inspect.Parameter.empty and n not in params]
-    if missing:
-        raise ConfigError(f"config error at {where}: {spec.kind} {spec.name!r} needs {', '.join(missing)}")
-    target = spec.load()
-    try:
-        hints = typing.get_type_hints(target.__init__ if inspect.isclass(target) else target)
-    except Exception:
-        hints = {}
-    for key, value in params.items():
-        hint = hints.get(key)
-        if hint is not None and not _type_ok(value, hint):
-            raise ConfigError(f"config error at {where}.{key}: expected {getattr(hint, '__name__', hint)}, "
-                              f"got {type(value).__name__} {value!r}")

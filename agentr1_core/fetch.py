@@ -20,13 +20,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable
 
-from agentr1_core.plugins import PluginError
+from agentr1_core.errors import FetchError
 
 CHUNK = 1 << 20
-
-
-class FetchError(PluginError):
-    """A download or check that failed (one line, exit code 2)."""
 
 
 def _open(source: str):

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import pluggy
 
+from agentr1_core.kinds import KINDS
+
 PROJECT = "agentr1"
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
@@ -155,16 +157,4 @@ def agentr1_configs():
     """
 
 
-HOOK_KINDS: dict[str, str] = {
-    "agentr1_tools": "tool",
-    "agentr1_tool_formats": "tool_format",
-    "agentr1_envs": "env",
-    "agentr1_agent_flows": "agent_flow",
-    "agentr1_rewards": "reward",
-    "agentr1_algorithms": "algorithm",
-    "agentr1_rollout_engines": "engine",
-    "agentr1_trainers": "trainer",
-    "agentr1_datasets": "dataset",
-    "agentr1_cli_commands": "command",
-    "agentr1_configs": "config",
-}
+HOOK_KINDS: dict[str, str] = {kind.hook: kind.name for kind in KINDS}  # one hookspec above for each

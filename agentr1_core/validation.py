@@ -4,7 +4,7 @@
 the CLI) for, e.g., ``rollout.n=0``, ``stages=[sft, rll]``, ``model.dtype=float16x``, ``trainer.resume=yes`` or
 ``model.device=cuda`` on a machine without CUDA. It reads only the config (torch is imported only to ask whether
 CUDA is there, and only when a CUDA device is asked for). Component parameters are checked elsewhere, against
-their factories (``config.validate_params``) and by building the light components once (``preflight``).
+their factories (``params.validate_params``) and by building the light components once (``preflight``).
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from agentr1_core.config import ConfigError
-from agentr1_core.plugins import suggest
+from agentr1_core.errors import ConfigError, suggest
 
 STAGES = ("sft", "rl")
 DTYPES = ("float32", "fp32", "float16", "fp16", "bfloat16", "bf16")

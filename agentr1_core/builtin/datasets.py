@@ -9,7 +9,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from agentr1_core.config import ConfigError
+from agentr1_core.errors import ConfigError
 
 
 def load_jsonl(path: str = "", limit: int = 0, data_source: str = "") -> list[dict[str, Any]]:

@@ -30,7 +30,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable
 
-from agentr1_core.config import ConfigError
+from agentr1_core.errors import ConfigError
 
 DATA_SOURCE = "gsm8k"
 SPLITS = ("train", "test")

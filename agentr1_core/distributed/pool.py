@@ -30,15 +30,11 @@ import time
 from typing import Any, Sequence
 
 from agentr1_core.distributed.settings import ClusterSettings
+from agentr1_core.errors import RolloutEngineError
 from agentr1_core.mdp import Trajectory
-from agentr1_core.plugins import PluginError
 from agentr1_core.rollout.base import SamplingParams
 
 MAX_RERUNS = 2
-
-
-class RolloutEngineError(PluginError):
-    """The rollout engines cannot generate (one line for the CLI, exit code 2)."""
 
 
 def error_cause(exc: BaseException) -> BaseException | None:

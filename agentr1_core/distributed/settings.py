@@ -45,8 +45,7 @@ import os
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from agentr1_core.config import ConfigError
-from agentr1_core.plugins import suggest
+from agentr1_core.errors import ConfigError, suggest
 
 
 PLACEMENTS = ("auto", "colocated", "separate")

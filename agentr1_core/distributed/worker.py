@@ -73,7 +73,7 @@ class RolloutWorker:
     def _build(self, component: Any) -> None:
         from omegaconf import OmegaConf
 
-        from agentr1_core.runner import build_reward_fn
+        from agentr1_core.components import build_reward_fn
 
         cfg = self.cfg
         name, params = component(cfg, "engine")
@@ -125,7 +125,7 @@ class RolloutWorker:
         return bool(fn()) if fn is not None else False
 
     def _check_engine(self) -> None:
-        from agentr1_core.distributed.pool import RolloutEngineError
+        from agentr1_core.errors import RolloutEngineError
 
         failure = getattr(self.engine, "failure", None)
         if failure:

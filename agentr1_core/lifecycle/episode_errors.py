@@ -18,18 +18,10 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from agentr1_core.plugins import PluginError
+from agentr1_core.errors import AllEpisodesFailed, NoExpertSteps
 
 ERROR_TERMINATIONS = ("env_error", "engine_error")
 ERRORS_LOG = "errors.log"
-
-
-class AllEpisodesFailed(PluginError):
-    """Every episode of a rollout ended in an env error (one line, exit code 2)."""
-
-
-class NoExpertSteps(PluginError):
-    """An SFT stage whose expert episodes produced no step to learn from (one line, exit code 2)."""
 
 
 def error_line(text: str) -> str:

@@ -27,8 +27,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from agentr1_core.errors import ResumeMismatch, RunDirInUseError
 from agentr1_core.lifecycle.checkpoint import latest_checkpoint
-from agentr1_core.plugins import PluginError
 
 CONFIG_FILE = "config.yaml"
 VERL_STATE_FILE = "agentr1_state.json"  # the verl trainer's state file, written last into verl_iter_N
@@ -41,14 +41,6 @@ RESUMABLE = ("trainer.total_steps", "trainer.checkpoint_every", "trainer.keep_ch
              "trainer.min_free_gb", "validation.every", "validation.max_rows", "plugins.allow", "plugins.block")
 IGNORED_ON_RESUME = ("trainer.resume",)
 _ABSENT = object()
-
-
-class RunDirInUseError(PluginError):
-    """A run directory that already holds another run (one line, exit code 2)."""
-
-
-class ResumeMismatch(PluginError):
-    """``--resume`` with a config that differs from the run's saved one (one line, exit code 2)."""
 
 
 def run_entries(run_dir: str | os.PathLike) -> list[str]:

@@ -46,12 +46,12 @@ def write_plugin(name: str, kind: str, directory: Path) -> Path:
 
 
 def _cmd(args: argparse.Namespace) -> int:
-    from agentr1_core.plugins import PluginError
+    from agentr1_core.errors import UserError
 
     try:
         root = write_plugin(args.name, args.kind, Path(args.dir))
     except (ValueError, FileExistsError) as exc:
-        raise PluginError(str(exc)) from exc
+        raise UserError(str(exc)) from exc
     print(f"wrote {root}\nnext: pip install -e {root} && agentr1-core plugins && agentr1-core run {args.name}\n"
           f"tests: cd {root} && pytest")
     return 0

@@ -15,6 +15,7 @@ from string import Template
 from typing import Any, Callable
 
 from agentr1_core import __version__
+from agentr1_core.kinds import BY_NAME
 
 Rows = list[dict[str, Any]]
 
@@ -24,8 +25,6 @@ class Kind:
     """One scaffold kind: where its component goes, how it is registered, and its templates."""
 
     kind: str  # tool | env | reward | flow
-    hook: str  # the hookimpl that registers the component
-    spec_cls: str  # ToolSpec, EnvSpec, ...
     component: str  # template of <package>/<kind>.py
     config: str  # template of <package>/configs/<name>.yaml
     tests: str  # template of tests/test_<kind>.py
@@ -33,7 +32,7 @@ class Kind:
     rows: Callable[[dict[str, str]], tuple[Rows, Rows]]  # the seeded (train, val) rows
     description: str = ""  # template of the one-line description (the spec's, the README's first line)
     factory_attr: str = ""  # the registered attribute when it is not the class ``$cls``
-    registry_kind: str = ""  # the registry's name for the kind when it is not ``kind`` (agent_flow)
+    registry_kind: str = ""  # the kind in agentr1_core.kinds when it is not ``kind`` (agent_flow): hook, spec class
     extra_fields: Callable[[dict[str, str]], dict[str, str]] = field(default=lambda fields: {})
 
 
@@ -48,9 +47,10 @@ def jsonl(rows: Rows) -> str:
 def names(name: str, kind: Kind) -> dict[str, str]:
     ident = name.replace("-", "_")
     cls = "".join(part.title() for part in ident.split("_") if part) + kind.kind.title()
+    registered = BY_NAME[kind.registry_kind or kind.kind]
     fields = dict(name=name, ident=ident, package=f"agentr1_{ident}", dist=f"agentr1-{name}", cls=cls,
-                  module=kind.kind, kind=kind.kind, registry_kind=kind.registry_kind or kind.kind, hook=kind.hook,
-                  spec_cls=kind.spec_cls,
+                  module=kind.kind, kind=kind.kind, registry_kind=registered.name, hook=registered.hook,
+                  spec_cls=registered.spec,
                   title=f"the {name} {kind.kind}", Title=f"The {name} {kind.kind}", core_version=__version__)
     fields["obj"] = kind.factory_attr or cls  # what the spec registers
     fields["factory"] = f"{fields['package']}.{kind.kind}:{fields['obj']}"
@@ -99,6 +99,9 @@ test = ["pytest>=8"]
 
 [project.entry-points.agentr1]
 $ident = "$package.plugin"
+
+[project.entry-points."agentr1.components"]  # every component the plugin registers, configs aside (KIND.NAME)
+"$registry_kind.$ident" = "$package.plugin"
 
 [tool.setuptools]
 packages = ["$package"]
@@ -182,11 +185,11 @@ from importlib import resources
 import pytest
 from omegaconf import OmegaConf
 
+from agentr1_core.components import build_reward_fn
 from agentr1_core.config import component, load_config
 from agentr1_core.flows import FlowContext
 from agentr1_core.plugins import get_registry
 from agentr1_core.rollout.base import SamplingParams
-from agentr1_core.runner import build_reward_fn
 
 CONFIG = "$name"
 PACKAGE = "$package"

@@ -251,6 +251,5 @@ def _extra(fields: dict[str, str]) -> dict[str, str]:
     return {"max_turns": str(MAX_TURNS)}
 
 
-KIND = Kind(kind="env", hook="agentr1_envs", spec_cls="EnvSpec", component=COMPONENT, config=CONFIG, tests=TESTS,
-            readme=README, rows=rows, extra_fields=_extra,
+KIND = Kind(kind="env", component=COMPONENT, config=CONFIG, tests=TESTS, readme=README, rows=rows, extra_fields=_extra,
             description="Guess a number, told higher or lower: a multi-turn env that pays its own reward")

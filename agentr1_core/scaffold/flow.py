@@ -113,7 +113,7 @@ as 0 by wrapping the configured reward function. Subclass `AgentFlowBase` instea
 
 $calculator_readme'''
 
-KIND = Kind(kind="flow", hook="agentr1_agent_flows", spec_cls="AgentFlowSpec", component=COMPONENT, config=CONFIG,
-            tests=TESTS, readme=README, rows=calculator_rows, registry_kind="agent_flow",
+KIND = Kind(kind="flow", component=COMPONENT, config=CONFIG, tests=TESTS, readme=README, rows=calculator_rows,
+            registry_kind="agent_flow",
             extra_fields=lambda fields: {"calculator_readme": CALCULATOR_README},
             description="The env loop with per-episode metrics and no reward for an answer without a tool call")

@@ -121,7 +121,7 @@ them. Success is a reward >= 1.0, so a close answer helps GRPO without counting 
 
 $calculator_readme'''
 
-KIND = Kind(kind="reward", hook="agentr1_rewards", spec_cls="RewardSpec", component=COMPONENT, config=CONFIG,
-            tests=TESTS, readme=README, rows=calculator_rows, factory_attr="graded_answer",
+KIND = Kind(kind="reward", component=COMPONENT, config=CONFIG, tests=TESTS, readme=README, rows=calculator_rows,
+            factory_attr="graded_answer",
             extra_fields=lambda fields: {"calculator_readme": CALCULATOR_README},
             description="A graded answer reward: partial credit for a close number, with per-episode metrics")

@@ -231,6 +231,5 @@ its `expert_actions` are one hermes tool call (on one line in the rows) and the 
 The reward is `answer_match`: 1 when the last turn's `<answer>` equals `reward_model.ground_truth`.
 '''
 
-KIND = Kind(kind="tool", hook="agentr1_tools", spec_cls="ToolSpec", component=COMPONENT, config=CONFIG, tests=TESTS,
-            readme=README, rows=rows, extra_fields=_extra,
+KIND = Kind(kind="tool", component=COMPONENT, config=CONFIG, tests=TESTS, readme=README, rows=rows, extra_fields=_extra,
             description="Unit conversion (length, mass, volume) with a lookup table")

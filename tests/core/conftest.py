@@ -57,6 +57,14 @@ PLUGINS = {
 }
 
 
+# What each test distribution declares in its metadata: agentr1.components entries and extras.
+DECLARED = {
+    "agentr1-good": (["tool.echo", "tool.fragile", "command.hello"],
+                     'fragile = ["agentr1-good-missing-dependency"]'),
+    "agentr1-broken": (["tool.libfoo"], ""),
+}
+
+
 def _write_dist(root: Path, dist: str, ep_name: str, plugin_src: str, extra: dict[str, str]) -> Path:
     module = dist.replace("-", "_") + "_plugin"
     folder = root / dist
@@ -65,6 +73,8 @@ def _write_dist(root: Path, dist: str, ep_name: str, plugin_src: str, extra: dic
     for name, src in extra.items():
         (folder / f"{name}.py").write_text(textwrap.dedent(src))
     modules = ", ".join(f'"{m}"' for m in [module, *extra])
+    components, extras = DECLARED.get(dist, ([], ""))
+    declared = "".join(f'\n"{entry}" = "{module}"' for entry in components)
     (folder / "pyproject.toml").write_text(textwrap.dedent(f'''
         [build-system]
         requires = ["setuptools>=68"]
@@ -72,11 +82,13 @@ def _write_dist(root: Path, dist: str, ep_name: str, plugin_src: str, extra: dic
         [project]
         name = "{dist}"
         version = "1.2.3"
+        [project.optional-dependencies]
+        {extras}
         [project.entry-points.agentr1]
         {ep_name} = "{module}"
         [tool.setuptools]
         py-modules = [{modules}]
-        '''))
+        ''') + f'[project.entry-points."agentr1.components"]{declared}\n')
     return folder
 
 

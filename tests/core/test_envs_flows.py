@@ -218,8 +218,8 @@ def test_step_result_and_action_validation():
 
 def test_function_style_reward_and_in_process_plugin(tmp_path, monkeypatch, agentr1_registry):
     from agentr1_core import RewardSpec, hookimpl
+    from agentr1_core.components import check_components
     from agentr1_core.config import load_config
-    from agentr1_core.runner import check_components
 
     (tmp_path / "my_rewards.py").write_text("def longest(trajectory, row, scale: float = 1.0):\n"
                                             "    return scale * len(trajectory.steps)\n")

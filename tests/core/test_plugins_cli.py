@@ -87,7 +87,8 @@ def config_file(tmp_path):
     (["algorithm.name=grop"], "unknown algorithm 'grop' (did you mean 'grpo'?); valid: "),
     (["env.tools=[calculatr]"], "unknown tool 'calculatr' (did you mean 'calculator'?); valid: "),
     (["env.tools=[fragile]"], "tool 'fragile' from agentr1-good failed to import "
-                              "(agentr1_good_missing_dependency:Tool): ModuleNotFoundError"),
+                              "(agentr1_good_missing_dependency:Tool): ModuleNotFoundError: No module named "
+                              "'agentr1_good_missing_dependency' (it needs agentr1-good[fragile])"),
     (["env.tools=[{name: calculator}]", "env.tools.0.timeout=x"],
      "config error at env.tools[0].timeout: expected float, got str 'x'"),
     (["reward.name=nope"], "unknown reward 'nope'; valid: "),
@@ -111,6 +112,19 @@ def test_duplicate_name_is_an_error_naming_both_distributions(cli, config_file):
 def test_unknown_name_mentions_broken_plugins(cli, config_file):
     out = cli("run", str(config_file), "env.name=missing", env={"AGENTR1_PLUGINS_BLOCK": "agentr1-dupe"})
     assert out.returncode == 2 and "plugins that failed to load: broken (agentr1-broken)" in out.stderr
+    assert "no installed distribution declares it (`agentr1-core plugins` lists what is installed)" in out.stderr
+
+
+@pytest.mark.parametrize("tool,block,expected", [
+    ("echo", "agentr1-dupe,good", "config error at env.tools[0]: unknown tool 'echo'"),
+    ("echo", "agentr1-dupe,good", "; agentr1-good declares it but is blocked (plugins.allow / plugins.block"),
+    ("libfoo", "agentr1-dupe", "; agentr1-broken declares it but its plugin failed to load: ImportError: "
+                               "agentr1-broken needs libfoo, which is not installed (`agentr1-core plugins --verbose`"),
+])
+def test_a_missing_name_is_explained_by_the_distribution_that_declares_it(cli, config_file, tool, block, expected):
+    out = cli("run", str(config_file), f"env.tools=[{tool}]", env={"AGENTR1_PLUGINS_BLOCK": block})
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
+    assert expected in out.stderr
 
 
 def test_missing_config_file_and_bad_yaml(cli, tmp_path):

@@ -33,7 +33,7 @@ def test_a_worker_whose_engine_cannot_load_stops_the_pool_with_its_reason(ray_cl
 def test_an_engine_that_refuses_every_request_stops_the_ray_run(ray_cluster, tmp_path, tiny_model_dir):
     from agentr1_core.config import load_config
     from agentr1_core.distributed.pool import RolloutEngineError
-    from agentr1_core.plugins import PluginError
+    from agentr1_core.errors import UserError
     from agentr1_core.runner import run
 
     cfg = load_config("default", SMALL + [f"model.path={tiny_model_dir}", f"run_dir={tmp_path / 'run'}",
@@ -41,5 +41,5 @@ def test_an_engine_that_refuses_every_request_stops_the_ray_run(ray_cluster, tmp
     with pytest.raises(RolloutEngineError, match=r"every one of the 4 episodes of 'rollout 1' ended with an engine "
                                                  r"error before its first step; last error: .*") as info:
         run(cfg)
-    assert isinstance(info.value, PluginError)  # the CLI prints it as one line and exits with code 2
+    assert isinstance(info.value, UserError)  # the CLI prints it as one line and exits with code 2
     assert "\n" not in str(info.value) and "Traceback" not in str(info.value)

@@ -1,6 +1,7 @@
 """Package metadata agrees with itself and with the docs: SPDX licence strings, the Python versions the README
 claims, and every ``pip install`` shown in the docs either a path that works from this checkout or a package that
-is not one of this repository's (those are not on the package index yet)."""
+is not one of this repository's (those are not on the package index yet); and each plugin's ``agentr1.components``
+entry points list exactly the components its hooks register."""
 
 from __future__ import annotations
 
@@ -48,3 +49,26 @@ def test_pip_install_commands_in_the_docs_work_today():
             for arg in args.split():
                 name = re.split(r"[\[<>=!~ ]", arg.strip("\"'"), maxsplit=1)[0]
                 assert name not in ours, f"{doc}: `{line.strip()}` installs {name} by name; not on PyPI yet"
+
+
+PLUGIN_PYPROJECTS = [p for p in PYPROJECTS[1:] if "agentr1" in _project(p)["project"].get("entry-points", {})]
+
+
+@pytest.mark.parametrize("path", PLUGIN_PYPROJECTS, ids=lambda p: p.parent.name)
+def test_a_plugin_declares_exactly_the_components_its_hooks_register(path):
+    """``agentr1.components`` (what a missing name's hint reads) lists every component the plugin's hooks return,
+    configs aside, and nothing else."""
+    import importlib
+
+    from agentr1_core.kinds import BY_NAME
+    from agentr1_core.plugins import Registry
+
+    entry_points = _project(path)["project"]["entry-points"]
+    (plugin_name, module), = entry_points["agentr1"].items()
+    declared = entry_points.get("agentr1.components", {})
+    assert set(declared.values()) <= {module}, "each entry points at the plugin module that registers it"
+    info = Registry().register_module(importlib.import_module(module), name=plugin_name)
+    assert info.status == "ok", info.error
+    registered = {f"{kind}.{name}" for kind, names in info.components.items() if BY_NAME[kind].declared
+                  for name in names}
+    assert set(declared) == registered, f"{path.parent.name}/pyproject.toml [project.entry-points.\"agentr1.components\"]"

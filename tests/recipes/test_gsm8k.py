@@ -221,8 +221,8 @@ def test_prepare_reports_a_malformed_line_with_exit_code_2(tmp_path):
 # -- the named configs ------------------------------------------------------------------------------------------------
 
 def test_named_configs_resolve(tmp_path, monkeypatch):
+    from agentr1_core.components import check_components
     from agentr1_core.plugins import get_registry
-    from agentr1_core.runner import check_components
 
     out = cli("config", "show", "gsm8k-cpu", cwd=tmp_path)
     assert out.returncode == 0, out.stderr

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 import agentr1_env_alfworld
+from agentr1_core.components import check_components
 from agentr1_core.config import load_config
 from agentr1_core.plugins import configure_registry
-from agentr1_core.runner import check_components
 
 DATA = Path(agentr1_env_alfworld.__file__).parent / "data" / "alfworld_sample"  # shipped in the wheel
 

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import agentr1_env_webshop
+from agentr1_core.components import check_components
 from agentr1_core.config import load_config
 from agentr1_core.plugins import get_registry
-from agentr1_core.runner import check_components
 from agentr1_env_webshop.catalog import load_catalog
 from agentr1_env_webshop.data import load_goals
 

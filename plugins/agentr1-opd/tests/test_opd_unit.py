@@ -8,11 +8,11 @@ import torch
 
 from agentr1_core.algorithms.base import StepBatch
 from agentr1_core.algorithms.components import GRPO
+from agentr1_core.components import check_components
 from agentr1_core.config import ConfigError, load_config
 from agentr1_core.flows import render_prompt
 from agentr1_core.mdp import Observation, Step
 from agentr1_core.plugins import configure_registry, get_registry
-from agentr1_core.runner import check_components
 from agentr1_core.trainers.batching import StepRow
 from agentr1_opd.algorithm import OnPolicyDistillation
 from agentr1_opd.teacher import (

@@ -18,12 +18,12 @@ from typing import Iterator
 
 import numpy as np
 
-from agentr1_core.plugins import PluginError
+from agentr1_core.errors import UserError
 
 SAMPLE_CORPUS = Path(__file__).parent / "data" / "hotpotqa_sample_corpus.jsonl"
 
 
-class CorpusError(PluginError):
+class CorpusError(UserError):
     """A corpus or index problem, reported as one line (the CLI exits with code 2)."""
 
 

@@ -14,14 +14,14 @@ import json
 from pathlib import Path
 from typing import Any, Iterator
 
-from agentr1_core.plugins import PluginError
+from agentr1_core.errors import UserError
 
 DATA_DIR = Path(__file__).parent / "data"
 SAMPLES = {"dev": DATA_DIR / "hotpotqa_dev50.json", "train": DATA_DIR / "hotpotqa_train100.json"}
 AGENT_NAME = "agent_env_loop"
 
 
-class DatasetError(PluginError):
+class DatasetError(UserError):
     """A dataset file problem (one line, naming the file and record)."""
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from agentr1_core.components import check_components
 from agentr1_core.config import ConfigError, load_config
 from agentr1_core.plugins import get_registry
-from agentr1_core.runner import check_components
 
 RECIPE = "hotpotqa"  # the named config this distribution ships (agentr1_tools_search/configs/hotpotqa.yaml)
 CLI = shutil.which("agentr1-core") or str(Path(sys.executable).parent / "agentr1-core")

@@ -1,0 +1,86 @@
+"""The components a run config selects, checked by name and params, and the configured reward built.
+
+Which keys select which kind of component is ``agentr1_core.kinds``: a ``{name: ..., **params}`` node (``env``,
+``data.train``), a list of them (``env.tools``) or a bare name (``trainer.name``). ``check_components`` looks every
+name up first (no imports), then imports each factory and checks its params; the parameters the framework passes
+itself (``kinds.RESERVED``) are not expected from the config. Every problem is a one-line ``ConfigError`` with the
+key path.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any, Iterator
+
+from omegaconf import DictConfig, OmegaConf
+
+from agentr1_core.config import component
+from agentr1_core.errors import ConfigError, UserError
+from agentr1_core.kinds import RESERVED, config_keys, key_form
+from agentr1_core.plugins import Registry
+
+
+def _validate(registry: Registry, kind: str, name: str, params: dict[str, Any], key: str) -> None:
+    """``registry.validate`` with the key path in every message."""
+    try:
+        if key_form(key) == "name":  # the params are the framework's own section, not the factory's
+            registry.load(kind, name)
+        else:
+            registry.validate(kind, name, params, key, reserved=RESERVED[kind])
+    except UserError as exc:
+        message = str(exc)
+        if message.startswith("config error"):
+            raise
+        raise ConfigError(f"config error at {key}: {message}") from exc
+
+
+def selected(cfg: DictConfig) -> Iterator[tuple[str, str, str, dict[str, Any]]]:
+    """``(key path, kind, name, params)`` of every component ``cfg`` selects, list entries (``env.tools``) last."""
+    for key, kind in sorted(config_keys().items(), key=lambda item: key_form(item[0]) == "list"):
+        form = key_form(key)
+        path = key.removesuffix("[]")
+        node = OmegaConf.select(cfg, path)
+        if node is None:
+            continue
+        if form == "name":
+            yield key, kind, str(node), {}
+        elif form == "node":
+            name, params = component(cfg, key)
+            yield key, kind, name, params
+        else:
+            if not OmegaConf.is_list(node):
+                raise ConfigError(f"config error at {path}: must be a list of {kind} names or {{name: ..., ...}} "
+                                  f"entries")
+            for i, item in enumerate(node):
+                entry = {"name": item} if isinstance(item, str) else (
+                    OmegaConf.to_container(item) if OmegaConf.is_config(item) else item)
+                if not isinstance(entry, dict) or not entry.get("name"):
+                    raise ConfigError(f"config error at {path}[{i}]: each {kind} needs a name")
+                entry = dict(entry)
+                yield f"{path}[{i}]", kind, str(entry.pop("name")), entry
+
+
+def check_components(cfg: DictConfig, registry: Registry) -> None:
+    """Raise a one-line error for an unknown component name or a bad parameter anywhere in ``cfg``. Names are
+    looked up first (no imports), then each factory is imported and its params checked."""
+    chosen = list(selected(cfg))
+    for key, kind, name, _ in chosen:
+        try:
+            registry.get(kind, name)
+        except UserError as exc:
+            raise ConfigError(f"config error at {key}: {exc}") from exc
+    for key, kind, name, params in chosen:
+        _validate(registry, kind, name, params, key)
+
+
+def build_reward_fn(cfg: DictConfig, registry: Registry) -> Any:
+    """The configured reward as a callable ``fn(trajectory, row)``, or None: a class-style reward is instantiated
+    with its params, a function-style one gets its params bound."""
+    if OmegaConf.select(cfg, "reward") is None:
+        return None
+    name, params = component(cfg, "reward")
+    factory = registry.load("reward", name)
+    if inspect.isclass(factory):
+        return registry.build("reward", name, params, where="reward")
+    return functools.partial(factory, **params)
