@@ -2,30 +2,24 @@
 decode batches, oneDNN for the rest. Same products, summed in another order; a thread-local mode, so nothing here
 changes a module or what any other thread computes.
 
-Why. ``F.linear`` on the CPU is MKL's sgemm (``x @ W^T``). On the shapes of a small model's layers it leaves much of
-the CPU unused (on the AMD CPU measured here it ran no faster with AVX-512 allowed than limited to AVX2). Two other
-ways to compute the same product do better (``bench/bench_decode_linears.py``, ``decode_linears_onednn.json``: all
-211 linear layers of SmolLM2-135M in model order, 2 cores, AVX-512 AMD EPYC, milliseconds per pass):
-
-* weight-major, ``(W @ x^T)^T``: fastest for 2 to 4 rows (2 rows: 85 -> 33 ms; 4 rows: 84 -> 47 ms);
-* oneDNN's matmul (``torch.ops.mkldnn._linear_pointwise``, the kernel torch's own compiler emits for CPU linears):
-  faster than MKL from 1 row (47 -> 38 ms) through decode batches (16 rows: 109 -> 77 ms; 64 rows: 183 -> 132 ms)
-  to a prefill (512 rows: 1,045 -> 818 ms). It reads the weight as it is at each call, so in-place optimizer steps
-  are seen by the next forward. With the kernels limited to AVX2 its lead on the linears shrinks (16 rows: 73.6 ->
-  65.8 ms) and whole decode steps of 16-64 rows gain nothing (``decode_linears_onednn_avx2.json``).
+Why. ``F.linear`` on the CPU is MKL's sgemm (``x @ W^T``), which leaves much of the CPU unused on the shapes of a
+small model's layers. Two other ways to compute the same product do better: weight-major, ``(W @ x^T)^T``, for 2 to
+4 rows, and oneDNN's matmul (``torch.ops.mkldnn._linear_pointwise``, the kernel torch's own compiler emits for CPU
+linears) for everything else, from 1 row through decode batches to a prefill. oneDNN reads the weight as it is at
+each call, so in-place optimizer steps are seen by the next forward. The measurements, with and without AVX-512,
+are in ``docs/benchmarks.md`` (section 10 and "Figures behind the code's design choices";
+``bench/bench_decode_linears.py``).
 
 Who uses it: the rollout engine for every forward, and the trainer for its passes without gradients (old and
-reference log-probs, critic values; the recomputed old log-probs of 24 rows took 5.62 s instead of 6.76 s). Calls
-that need gradients stay on ``F.linear``: an autograd version (oneDNN for the forward, ``torch.mm`` for the
-gradients) made the RL update no faster (median 24.9 vs 25.0 s over 4 alternating updates of the peer-update bench's
-rows), so it was not kept.
+reference log-probs, critic values). Calls that need gradients stay on ``F.linear``: an autograd version (oneDNN
+for the forward, ``torch.mm`` for the gradients) made the RL update no faster, so it was not kept.
 
 How. ``CpuLinears`` is a ``TorchFunctionMode``: entered around a forward, it reroutes the ``F.linear`` calls on
 plain CPU tensors that need no gradient and passes every other call through unchanged (other devices, tensor
 subclasses such as quantised weights, dtype mismatches, autograd). Rows ``2..weight_major_rows`` go weight-major
 and the others to oneDNN (float32, when ``onednn`` is on and torch has it). Torch-function modes are thread-local, so
 the engine's worker thread and the trainer's thread each choose their own. The mode costs a Python call per torch
-function inside the forward (about 2,300 per SmolLM2 decode step, a few ms on 2 cores).
+function inside the forward.
 """
 
 from __future__ import annotations

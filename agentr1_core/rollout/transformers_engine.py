@@ -16,8 +16,8 @@ follows it); the store is dropped when any parameter changes in place. ``take_pr
 (prefix tokens reused / prompt tokens) since its last call.
 
 Why not transformers' own continuous batching (``generate_batch`` / ``init_continuous_batching``)? It exists in
-transformers 5.24 and can return log-probs, but on this CPU/fp32 setup it ran at about half the speed of a padded
-static ``generate`` (paged attention path), it fixes greedy-vs-sampling and seeds for the whole manager, reports
+transformers 5.24 and can return log-probs, but on a CPU in fp32 it was slower than a padded static ``generate``
+(paged attention path; ``docs/benchmarks.md``), it fixes greedy-vs-sampling and seeds for the whole manager, reports
 log-probs after top-k/top-p truncation, has no stop strings, and switches the shared model's attention
 implementation. The trainer shares the ``nn.Module`` with this engine, so the engine must leave it untouched.
 
@@ -29,8 +29,8 @@ train mode during generation (transformers then disables the KV cache).
 
 Linear layers on the CPU (see ``cpu_linears``): every forward of the worker runs inside ``CpuLinears``, which
 computes decode batches of 2 to ``weight_major_rows`` rows (default 4) as ``W @ x^T`` and every other float32 linear
-through oneDNN (``onednn_linears``, default on) instead of MKL's ``x @ W^T``: the same products, the linears alone
-1.2-2.6x faster on the AVX-512 CPU measured, in this thread only. ``weight_major_rows=0, onednn_linears=False``
+through oneDNN (``onednn_linears``, default on) instead of MKL's ``x @ W^T``: the same products, faster
+(``docs/benchmarks.md``, section 10), in this thread only. ``weight_major_rows=0, onednn_linears=False``
 gives plain ``F.linear``.
 
 Memory. The running batch's key/value buffers have row slots for the requests in flight when they are allocated

@@ -10,9 +10,9 @@ with the same temperature.
 Sampling inverts each row's cumulative distribution at one uniform draw ``U ~ Uniform[0, 1)``: the token is the first
 whose cumulative probability (over the tokens top-k / top-p leave, at the row's temperature) exceeds ``U``. Rows with
 their own seeded ``torch.Generator`` draw their ``U`` from it (reproducible per request); the others share one
-generator. One number per row instead of one per vocabulary entry: with 16 rows of SmolLM2's 49,152 tokens on 2 CPU
-cores, a step's sampling took 16.1 ms with the exponential race ``argmax(p / E)`` it replaced (``Tensor.exponential_``
-over the whole vocabulary) and takes 1.9 ms this way (``bench/bench_sampling.py``).
+generator. One number per row instead of one per vocabulary entry: much cheaper than the exponential race
+``argmax(p / E)`` it replaced (``Tensor.exponential_`` over the whole vocabulary; ``docs/benchmarks.md``, section 11,
+``bench/bench_sampling.py``).
 This module knows nothing about caches, requests or stop strings.
 """
 

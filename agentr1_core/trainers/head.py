@@ -12,9 +12,8 @@ Two ways to compute it, with the same values and gradients:
   forward and backward work in place in two ``[chunk, vocab]`` buffers that every chunk reuses (``Workspace``). The
   backward writes the gradient of the logits directly, ``softmax * -(g_lp + g_entropy * (log_softmax + entropy))``
   plus ``g_lp`` at the target, instead of autograd's chain of ``[chunk, vocab]`` temporaries for the log-softmax,
-  the gather and the entropy, each freshly allocated (and, at this size, freshly page-faulted). 957 response
-  positions of SmolLM2's 49,152-token head, forward + backward on 2 cores: 2.04 s through autograd, 1.22 s this way
-  (``bench/bench_head.py``).
+  the gather and the entropy, each freshly allocated (and, at this size, freshly page-faulted), and faster for it
+  (``docs/benchmarks.md``, section 11, ``bench/bench_head.py``).
 * the generic path (any head module, and the final soft-capping / logit scale some architectures apply, see
   ``LogitTransform``): the same formulas through autograd, each chunk checkpointed.
 
