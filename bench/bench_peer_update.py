@@ -84,7 +84,7 @@ def main() -> None:
     import torch
 
     from agentr1_core.trainers.batching import build_step_batch, trajectories_to_rows
-    from agentr1_core.trainers.update import policy_update, score_batch
+    from agentr1_core.trainers.update import UpdateSettings, policy_update, score_batch
 
     torch.set_num_threads(args.threads)
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -104,16 +104,17 @@ def main() -> None:
         batch = build_step_batch(steps)
         tr = cfg.trainer
         temp = float(cfg.rollout.temperature)
-        score_batch(trainer.policy, steps, batch, int(tr.micro_batch_size), temp, True, False, False)
+        score_batch(trainer.backend.policy, steps, batch, int(tr.micro_batch_size), temp, True, False, False)
         adv = trainer.algorithm.compute_advantages(batch)
 
         def update(rows_subset):
             sub = build_step_batch(rows_subset, width=batch.action_mask.shape[1])
             sub.old_logprobs = batch.old_logprobs[: len(rows_subset)]
-            return policy_update(trainer.policy, trainer.algorithm, trainer.optimizer, rows_subset, sub,
-                                 adv.advantages[: len(rows_subset)], adv.returns[: len(rows_subset)],
-                                 int(tr.micro_batch_size), 1, 1, temp, float(tr.max_grad_norm),
-                                 skip_inert=False)  # one sample per task: GRPO's advantages are 0, run the rows anyway
+            # one sample per task: GRPO's advantages are 0, run the rows anyway (skip_inert=False)
+            return policy_update(trainer.backend.policy, trainer.algorithm, trainer.backend.optimizer, rows_subset,
+                                 sub, adv.advantages[: len(rows_subset)], adv.returns[: len(rows_subset)],
+                                 UpdateSettings(micro_batch_size=int(tr.micro_batch_size), temperature=temp,
+                                                max_grad_norm=float(tr.max_grad_norm), skip_inert=False))
 
         mb = int(tr.micro_batch_size)
         update(steps[:mb])  # warm-up: one micro-batch
@@ -126,7 +127,7 @@ def main() -> None:
         profiled = profile_ops(lambda: update(steps)) if args.profile else None
     finally:
         trainer.close()
-    model = trainer.policy.model
+    model = trainer.backend.policy.model
     n_all = sum(p.numel() for p in model.parameters())
     n_embed = model.get_input_embeddings().weight.numel()
     row_tokens, row_tok_s = metrics["update_tokens"], metrics["update_tok_s"]

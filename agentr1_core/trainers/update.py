@@ -291,12 +291,49 @@ def state_values_of_rows(policy: Policy, inputs: ModelInputs, width: int) -> tor
     return response_forward(policy.model, inputs, width, value_head=policy.value_head).values
 
 
+@dataclass(frozen=True)
+class UpdateSettings:
+    """The knobs of one RL update (``policy_update``), from the ``trainer`` and ``rollout`` config sections."""
+
+    micro_batch_size: int
+    mini_batches: int = 1
+    update_epochs: int = 1
+    temperature: float = 1.0  # the sampling temperature the log-probs are computed at
+    max_grad_norm: float = 1.0  # 0: no clipping
+    value_coef: float = 1.0  # weight of a value head's loss in the policy's step
+    skip_inert: bool = True  # do not run rows without a gradient (``Algorithm.inert_rows``)
+    track_weight_change: bool = True
+    progress: bool = True
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> "UpdateSettings":
+        tr = cfg.trainer
+        return cls(micro_batch_size=int(tr.micro_batch_size), mini_batches=int(tr.mini_batches),
+                   update_epochs=int(tr.update_epochs), temperature=float(cfg.rollout.temperature),
+                   max_grad_norm=float(tr.max_grad_norm), value_coef=float(tr.value_coef),
+                   skip_inert=bool(tr.skip_inert_rows))
+
+
+def on_policy_metrics(logprobs: torch.Tensor, batch: StepBatch, metrics: dict[str, float]) -> dict[str, float]:
+    """``onpolicy/*``: what the first micro-batch of an update sees before any optimizer step. On-policy (one
+    rollout, the first iteration or recomputed old log-probs) every one of them is 0 up to float noise: the largest
+    |ratio - 1|, the approximate KL to the old policy, the clip fraction and the KL to the reference."""
+    mask = batch.action_mask > 0
+    delta = (logprobs.detach().float() - batch.old_logprobs.to(logprobs.device).float())
+    ok = mask & torch.isfinite(delta)
+    dev = (torch.exp(delta[ok]) - 1.0).abs()
+    out = {"onpolicy/ratio_dev_max": float(dev.max()) if dev.numel() else 0.0,
+           "onpolicy/approx_kl": abs(float(metrics.get("approx_kl", 0.0))),
+           "onpolicy/clip_fraction": float(metrics.get("clip_fraction", 0.0))}
+    if "kl" in metrics:
+        out["onpolicy/ref_kl"] = abs(float(metrics["kl"]))
+    return out
+
+
 def policy_update(policy: Policy, algorithm: Algorithm, optimizer: torch.optim.Optimizer,
                   rows: Sequence[StepRow], batch: StepBatch, advantages: torch.Tensor, returns: torch.Tensor,
-                  micro_batch_size: int, mini_batches: int, update_epochs: int, temperature: float,
-                  max_grad_norm: float, value_coef: float = 1.0, scheduler: Any = None,
-                  generator: torch.Generator | None = None, progress: bool = True,
-                  track_weight_change: bool = True, skip_inert: bool = True) -> dict[str, float]:
+                  settings: UpdateSettings, scheduler: Any = None,
+                  generator: torch.Generator | None = None) -> dict[str, float]:
     """The RL update over one rollout; returns mean metrics (loss, kl, entropy, clip fraction, grad norm, ...).
 
     Losses and gradients do not depend on ``micro_batch_size`` (see the module docstring). Rows the algorithm calls
@@ -304,14 +341,19 @@ def policy_update(policy: Policy, algorithm: Algorithm, optimizer: torch.optim.O
     not run (``skip_inert``); the update is the same, and the metrics of the forward (entropy, ratios, clip
     fractions) cover the rows that ran. ``update_inert_rows`` counts them. Unless the old log-probs were recomputed,
     the first mini-batch's forward (before any optimizer step) measures the engine-vs-trainer log-prob gap for
-    free."""
+    free, and the first micro-batch's gives ``on_policy_metrics``."""
+    micro_batch_size, mini_batches, update_epochs = (settings.micro_batch_size, settings.mini_batches,
+                                                     settings.update_epochs)
+    temperature, max_grad_norm, value_coef = settings.temperature, settings.max_grad_norm, settings.value_coef
+    progress, skip_inert = settings.progress, settings.skip_inert
+    onpolicy: dict[str, float] | None = None
     stats = UpdateStats()
     start = time.perf_counter()
     width = batch.action_mask.shape[1]
     n = len(rows)
     use_critic = algorithm.needs_critic and policy.has_critic
     critic = policy.critic if use_critic else None
-    change = WeightChange(policy.params, enabled=track_weight_change)
+    change = WeightChange(policy.params, enabled=settings.track_weight_change)
     gap = LogprobGap() if "rollout_logprobs" not in batch.extras else None
     inert_mask = algorithm.inert_rows(batch, advantages) if skip_inert else None
     inert = inert_mask.tolist() if inert_mask is not None else None
@@ -357,6 +399,8 @@ def policy_update(policy: Policy, algorithm: Algorithm, optimizer: torch.optim.O
                 loss = result.loss * share
                 parts = {"policy_loss": float(loss.detach())}
                 metrics = dict(result.metrics)
+                if onpolicy is None:
+                    onpolicy = on_policy_metrics(out.logprobs, sub, metrics)
                 if "pg_loss" in metrics:  # a micro-batch's part of the mini-batch's loss, summed like the loss
                     parts["pg_loss"] = metrics.pop("pg_loss") * share
                 stats.add(metrics)
@@ -390,7 +434,7 @@ def policy_update(policy: Policy, algorithm: Algorithm, optimizer: torch.optim.O
     if critic is not None:
         critic.model.eval()
     stats.seconds = time.perf_counter() - start
-    out_metrics = {**stats.means(), **(gap.metrics() if gap is not None else {})}
+    out_metrics = {**stats.means(), **(gap.metrics() if gap is not None else {}), **(onpolicy or {})}
     weight_change = change.norm()
     if weight_change is not None:
         out_metrics["weight_change"] = weight_change

@@ -13,7 +13,7 @@ import agentr1_core.cpu_linears as cpu_linears
 from agentr1_core.algorithms.components import ALGORITHM_CLASSES
 from agentr1_core.mdp import Step, Trajectory
 from agentr1_core.trainers.batching import build_step_batch, trajectories_to_rows
-from agentr1_core.trainers.update import Policy, policy_update, score_batch, state_values
+from agentr1_core.trainers.update import Policy, UpdateSettings, policy_update, score_batch, state_values
 
 
 def _rows():
@@ -70,6 +70,5 @@ def test_the_update_keeps_autograds_own_linears(tiny_model, onednn_calls):
     algo = ALGORITHM_CLASSES["grpo"](loss_agg="token-mean")
     adv = algo.compute_advantages(batch)
     metrics = policy_update(policy, algo, torch.optim.SGD(policy.params, lr=1.0), rows, batch, adv.advantages,
-                            adv.returns, micro_batch_size=4, mini_batches=1, update_epochs=1, temperature=1.0,
-                            max_grad_norm=0.0, progress=False)
+                            adv.returns, UpdateSettings(micro_batch_size=4, max_grad_norm=0.0, progress=False))
     assert metrics["optimizer_steps"] == 1 and onednn_calls == []

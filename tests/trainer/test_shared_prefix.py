@@ -16,7 +16,7 @@ from agentr1_core.trainers.batching import (
     StepRow, build_step_batch, collate, computed_positions, micro_batches, shared_prefix_len, trajectories_to_rows,
 )
 from agentr1_core.trainers.forward import response_forward
-from agentr1_core.trainers.update import Policy, policy_update, sft_update
+from agentr1_core.trainers.update import Policy, UpdateSettings, policy_update, sft_update
 
 SYSTEM = list(range(100, 148))  # 48 tokens every prompt starts with
 
@@ -108,8 +108,7 @@ def _update(model, rows, batch, share: int, micro: int):
     adv = algo.compute_advantages(b)
     before = [p.detach().clone() for p in params]
     metrics = policy_update(policy, algo, torch.optim.SGD(params, lr=1.0), rows, b, adv.advantages, adv.returns,
-                            micro_batch_size=micro, mini_batches=1, update_epochs=1, temperature=1.0,
-                            max_grad_norm=0.0, progress=False)
+                            UpdateSettings(micro_batch_size=micro, max_grad_norm=0.0, progress=False))
     delta = torch.cat([(p.detach() - b0).flatten() for p, b0 in zip(params, before)])
     return delta, metrics
 

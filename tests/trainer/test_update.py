@@ -17,7 +17,7 @@ from agentr1_core.mdp import Observation, Step, Trajectory
 from agentr1_core.trainers.batching import build_step_batch, collate, trajectories_to_rows
 from agentr1_core.trainers.forward import response_forward
 from agentr1_core.trainers.roles import bootstrap_values, engine_runs_module, recompute_old_logprobs
-from agentr1_core.trainers.update import Critic, Policy, make_optimizer, policy_update, score_batch
+from agentr1_core.trainers.update import Critic, Policy, UpdateSettings, make_optimizer, policy_update, score_batch
 
 
 def _rows(model, pad_id: int, lengths=((5, 2), (9, 2), (4, 20), (7, 20)), noise: float = 0.05):
@@ -60,8 +60,8 @@ def _update_delta(model, rows, batch, algo, micro: int, critic: str = "none", mi
     adv = algo.compute_advantages(b)
     before = [p.detach().clone() for p in params]
     metrics = policy_update(policy, algo, torch.optim.SGD(params, lr=1.0), rows, b, adv.advantages, adv.returns,
-                            micro_batch_size=micro, mini_batches=mini_batches, update_epochs=1, temperature=1.0,
-                            max_grad_norm=0.0, progress=False)
+                            UpdateSettings(micro_batch_size=micro, mini_batches=mini_batches, max_grad_norm=0.0,
+                                           progress=False))
     delta = torch.cat([(p.detach() - b0).flatten() for p, b0 in zip(params, before)])
     return delta, metrics, policy
 
@@ -106,8 +106,9 @@ def test_multi_tensor_optimizer_and_clipping_match_the_per_tensor_update(tiny_mo
                                 lambda ps, mx, foreach=None: per_tensor_clip(ps, mx, foreach=False))
         assert opt.defaults["foreach"] is fast
         metrics = policy_update(Policy(model=model, pad_id=0, params=params), algo, opt, rows, copy.deepcopy(batch),
-                                adv.advantages, adv.returns, micro_batch_size=2, mini_batches=1, update_epochs=2,
-                                temperature=1.0, max_grad_norm=0.05, progress=False)
+                                adv.advantages, adv.returns,
+                                UpdateSettings(micro_batch_size=2, update_epochs=2, max_grad_norm=0.05,
+                                               progress=False))
         monkeypatch.undo()
         results.append((torch.cat([p.detach().flatten() for p in params]), metrics))
     (fast_w, fast_m), (slow_w, slow_m) = results
@@ -247,9 +248,9 @@ def _weights_after(model, rows, batch, algo, skip: bool, batches: int = 1, adam:
     for b in batches if isinstance(batches, list) else [batch] * batches:
         adv = algo.compute_advantages(copy.deepcopy(b))
         metrics.append(policy_update(Policy(model=model, pad_id=0, params=params), algo, opt, rows,
-                                     copy.deepcopy(b), adv.advantages, adv.returns, micro_batch_size=3,
-                                     mini_batches=1, update_epochs=1, temperature=1.0, max_grad_norm=0.0,
-                                     progress=False, skip_inert=skip))
+                                     copy.deepcopy(b), adv.advantages, adv.returns,
+                                     UpdateSettings(micro_batch_size=3, max_grad_norm=0.0, progress=False,
+                                                    skip_inert=skip)))
     return torch.cat([p.detach().flatten() for p in params]), metrics
 
 

@@ -14,7 +14,7 @@ from agentr1_core.algorithms.components import ALGORITHM_CLASSES
 from agentr1_core.mdp import Step, Trajectory
 from agentr1_core.trainers.batching import build_step_batch, collate, trajectories_to_rows
 from agentr1_core.trainers.forward import response_forward
-from agentr1_core.trainers.update import Policy, make_optimizer, policy_update
+from agentr1_core.trainers.update import Policy, UpdateSettings, make_optimizer, policy_update
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -61,8 +61,9 @@ def _update(model, rows, batch, micro, opt_kind, epochs=1, max_grad_norm=0.0):
     adv = algo.compute_advantages(batch)
     before = torch.cat([p.detach().flatten() for p in params])
     metrics = policy_update(Policy(model=m, pad_id=0, device="cuda", params=params), algo, opt, rows,
-                            copy.deepcopy(batch), adv.advantages, adv.returns, micro, 1, epochs, 1.0, max_grad_norm,
-                            progress=False)
+                            copy.deepcopy(batch), adv.advantages, adv.returns,
+                            UpdateSettings(micro_batch_size=micro, update_epochs=epochs, max_grad_norm=max_grad_norm,
+                                           progress=False))
     return torch.cat([p.detach().flatten() for p in params]) - before, metrics, opt
 
 
