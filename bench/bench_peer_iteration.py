@@ -62,7 +62,7 @@ def child_ours(args, extra: list[str] = ()) -> dict:
     cfg = default_config(settings(args) + list(extra))
     trainer = make_trainer(cfg)
     rows = prompt_rows(args)
-    trainer.train_rows, trainer.order, trainer.data_cursor = rows, list(range(len(rows))), 0
+    trainer.data.rows, trainer.data.order, trainer.data.cursor = rows, list(range(len(rows))), 0
     times, details = [], []
     try:
         for _ in range(args.iterations):

@@ -75,13 +75,13 @@ def recipe_rows_and_sampling(args, cfg, trainer):
 def timed_rollout(trainer, rows, n, sampling, name: str) -> dict:
     load_before = load_avg()[0]
     trajs, seconds = trainer.rollout(rows, n, sampling, desc=name)
-    prefix = trainer.engine.take_prefix_stats() if hasattr(trainer.engine, "take_prefix_stats") else {}
+    prefix = trainer.backend.engine.take_prefix_stats() if hasattr(trainer.backend.engine, "take_prefix_stats") else {}
     stats = episode_stats(trajs)
     row = {"seconds": round(seconds, 2), "tokens_per_s": round(stats["generated_tokens"] / seconds, 2),
            "episodes_per_min": round(60 * len(trajs) / seconds, 2), "load_avg_1m_before": load_before, **stats}
     if prefix:
         row["prefix_hit_rate"] = round(prefix["prefix_hit_rate"], 4)
-    row.update(engine_time_split(trainer.engine))
+    row.update(engine_time_split(trainer.backend.engine))
     return row
 
 
@@ -94,9 +94,9 @@ def vllm_child(args) -> None:
     torch.set_num_threads(args.threads)
     cfg, trainer = make_recipe_trainer(args)
     rows, sampling = recipe_rows_and_sampling(args, cfg, trainer)
-    trainer.engine.close()
+    trainer.backend.engine.close()
     t0 = time.perf_counter()
-    trainer.engine = VLLMEngine(model_path=str(Path(args.model_dir).resolve()), dtype="float32",
+    trainer.backend.engine = VLLMEngine(model_path=str(Path(args.model_dir).resolve()), dtype="float32",
                                 max_model_len=int(cfg.rollout.max_prompt_tokens) + int(cfg.rollout.max_new_tokens) + 64,
                                 seed=0, max_batch_size=64)
     startup = time.perf_counter() - t0
@@ -154,7 +154,7 @@ def main() -> None:
               "n": args.n, "sampling": {"temperature": sampling.temperature, "max_new_tokens": sampling.max_new_tokens},
               "max_prompt_tokens": int(cfg.rollout.max_prompt_tokens), "threads": args.threads, "results": {}}
     out_name = f"recipe_rollout_{name_of_config}"
-    engine = trainer.engine
+    engine = trainer.backend.engine
     try:
         trainer.rollout(rows[:1], 1, sampling, desc="warm-up")
         for name in args.methods.split(","):
@@ -162,16 +162,16 @@ def main() -> None:
                 row = run_vllm(args)
             else:
                 if name == "plain_loop":
-                    trainer.engine = GenerateLoopEngine(trainer.policy.model, trainer.tokenizer)
+                    trainer.backend.engine = GenerateLoopEngine(trainer.backend.policy.model, trainer.backend.tokenizer)
                 else:
-                    trainer.engine = engine_variant(name, trainer.policy.model, trainer.tokenizer)
+                    trainer.backend.engine = engine_variant(name, trainer.backend.policy.model, trainer.backend.tokenizer)
                 row = timed_rollout(trainer, rows, args.n, sampling, name)
-                trainer.engine.close()
+                trainer.backend.engine.close()
             result["results"][name] = row
             print(f"[{name}] {json.dumps(row)}", flush=True)
             write_result(out_name, result)
     finally:
-        trainer.engine = engine
+        trainer.backend.engine = engine
         trainer.close()
     table = []
     vllm_tps = result["results"].get("vllm", {}).get("tokens_per_s")

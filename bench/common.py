@@ -148,12 +148,12 @@ def warm_model_dir(threads: int = 2) -> Path:
     try:
         print(f"[warm start] SFT on expert episodes ({', '.join(WARM_SFT_OVERRIDES)}), cached in {folder}", flush=True)
         trainer.run_sft()
-        model = trainer.policy.model
+        model = trainer.backend.policy.model
         for p in model.parameters():
             p.requires_grad_(True)
         tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
         model.save_pretrained(tmp)
-        trainer.tokenizer.save_pretrained(tmp)
+        trainer.backend.tokenizer.save_pretrained(tmp)
         tmp.rename(folder)
     finally:
         trainer.close()

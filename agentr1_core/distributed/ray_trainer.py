@@ -1,14 +1,14 @@
-"""The ``ray`` trainer: the local trainer's algorithm and update, with rollouts on Ray rollout-worker actors.
+"""The ``ray`` backend: the local backend's models and updates, with rollouts on Ray rollout-worker actors.
 
-``RayTrainer(config, registry).fit()`` (the plugin entry) starts or joins Ray, then runs ``RayRolloutTrainer`` in a
-trainer actor (``trainer.params.trainer_in_actor``, the default) or in the driver process. ``RayRolloutTrainer`` is a
-``LocalTrainer`` whose ``rollout`` goes through a ``RolloutPool`` instead of the in-process engine; everything else
-(data order, SFT warm start, advantages, policy update, validation, metrics, state) is the local trainer's own code,
-so the same config produces the same metrics keys, plus ``dist/*`` counters (worker failures, re-run and dropped
-episodes, weight publish/apply seconds, dispatch overhead).
+``RayTrainer(config, registry).fit()`` (the plugin entry) starts or joins Ray, then runs the training loop
+(``trainers.loop``) on a ``RayBackend`` in a trainer actor (``trainer.params.trainer_in_actor``, the default) or in
+the driver process. ``RayBackend`` is a ``LocalBackend`` whose ``rollout`` goes through a ``RolloutPool`` instead of
+the in-process engine; everything else (SFT, advantages, policy update, state) is the local backend's own code, and
+the loop is the one every backend runs, so the same config produces the same stages and metric keys, plus
+``dist/*`` counters (worker failures, re-run and dropped episodes, weight publish/apply seconds, dispatch overhead).
 
-After every optimizer update the local trainer calls ``engine.sync_weights()``; here that call also publishes a CPU
-snapshot of the changed weights to the object store, which each worker applies before its next episodes.
+``publish_weights`` syncs the trainer's engine and publishes a CPU snapshot of the changed weights to the object
+store, which each worker applies before its next episodes.
 
 Memory. The GPU-dependent settings left ``null`` come from the memory plan (``settings.memory_plan``) once Ray is up.
 When the rollout engines share a GPU with the trainer and have a sleep mode (vLLM, colocated), they are put to sleep
@@ -34,7 +34,8 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from agentr1_core.distributed.settings import ClusterSettings, init_ray
-from agentr1_core.trainers.local import LocalTrainer
+from agentr1_core.trainers.local import LocalBackend
+from agentr1_core.trainers.loop import TrainingLoop
 
 
 def run_name_for(run_dir: str) -> str:
@@ -52,76 +53,51 @@ def trainer_side_config(container: dict[str, Any]) -> Any:
     return OmegaConf.merge(OmegaConf.structured(RunConfig), local)
 
 
-class _PublishingEngine:
-    """The trainer's engine, whose ``sync_weights`` also publishes the new weights to the rollout workers."""
+class RayBackend(LocalBackend):
+    """``LocalBackend`` with rollouts fanned out to a ``RolloutPool``."""
 
-    def __init__(self, inner: Any, publish: Any) -> None:
-        self._inner = inner
-        self._publish = publish
-
-    def sync_weights(self, state: Any = None) -> None:
-        self._inner.sync_weights(state)
-        self._publish()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-
-class _DistMetricsWriter:
-    """Adds the pool's ``dist/*`` counters to every iteration record before it is written."""
-
-    def __init__(self, inner: Any, pool: Any) -> None:
-        self._inner = inner
-        self._pool = pool
-
-    def write(self, record: dict[str, Any]) -> None:
-        if "iteration" in record and "event" not in record:
-            record.update(self._pool.take_stats())
-        self._inner.write(record)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-
-class RayRolloutTrainer(LocalTrainer):
-    """``LocalTrainer`` with rollouts fanned out to a ``RolloutPool``."""
+    rollouts_run_policy_module = False  # the workers run their own copy of the weights
 
     def __init__(self, config: Any, registry: Any, worker_config: dict[str, Any], settings: ClusterSettings,
-                 run_name: str, callbacks: list[Any] | None = None) -> None:
-        super().__init__(config, registry, callbacks)
+                 run_name: str) -> None:
+        super().__init__(config, registry)
         self.worker_config = worker_config
         self.settings = settings
         self.run_name = run_name
         self.pool = None
 
-    def setup(self) -> None:
-        if self._setup_done:
-            return
-        super().setup()
+    def build(self, run: Any) -> str:
+        line = super().build(run)
         from agentr1_core.distributed.pool import RolloutPool
 
         t0 = time.perf_counter()
         self.pool = RolloutPool(self.worker_config, self.settings, self.run_name)
         print(f"[ray] {len(self.pool.workers)} rollout workers ready in {time.perf_counter() - t0:.1f}s "
               f"(pids {[w['pid'] for w in self.pool.worker_info]})", flush=True)
-        self.writer = _DistMetricsWriter(self.writer, self.pool)
-        self.engine = _PublishingEngine(self.engine, self.publish_weights)
+        return line + f"; {len(self.pool.workers)} Ray rollout workers"
 
-    def publish_weights(self) -> None:
+    def publish_weights(self) -> dict[str, Any]:
         from agentr1_core.distributed.weights import engine_state
 
+        metrics = super().publish_weights()
         model = self.policy.model
         engine_model = model.get_base_model() if hasattr(model, "get_base_model") else model
         self.pool.publish(engine_state(model, engine_model))
+        return metrics
 
-    def rollout(self, rows: list[dict[str, Any]], n: int, sampling: Any, policy: str = "model",
-                desc: str = "rollout", prefix: str = ""):
-        t0 = time.perf_counter()
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.publish_weights()  # the workers sample from the restored weights
+
+    def rollout(self, rows: list[dict[str, Any]], n: int, sampling: Any, *, policy: str = "model",
+                desc: str = "rollout", prefix: str = "") -> list[Any]:
         trajs = self.pool.run(rows, n, sampling, policy=policy, prefix=prefix, desc=desc)
-        seconds = time.perf_counter() - t0
         if self.pool.sleep_enabled:
             self.pool.sleep(1)  # the update gets the engines' GPU memory; the next rollout wakes them
-        return trajs, seconds
+        return trajs
+
+    def take_stats(self) -> dict[str, Any]:
+        return {**super().take_stats(), **(self.pool.take_stats() if self.pool is not None else {})}
 
     def close(self) -> None:
         if self.pool is not None:
@@ -130,22 +106,51 @@ class RayRolloutTrainer(LocalTrainer):
         super().close()
 
 
+def ray_training_loop(config: Any, registry: Any, worker_config: dict[str, Any], settings: ClusterSettings,
+                      run_name: str, callbacks: list[Any] | None = None) -> TrainingLoop:
+    return TrainingLoop(config, registry, RayBackend(config, registry, worker_config, settings, run_name), callbacks)
+
+
 class TrainerActor:
-    """Runs ``RayRolloutTrainer`` inside a Ray actor; plugins are re-discovered in this process."""
+    """Runs the training loop on a ``RayBackend`` inside a Ray actor; plugins are re-discovered in this process.
+    ``request_stop`` (a second concurrent call) passes on a signal the driver received: the loop stops after its
+    current iteration with a checkpoint, as it does when it runs in the driver."""
 
     def __init__(self, container: dict[str, Any], settings: dict[str, Any], run_name: str) -> None:
         import torch
 
+        from agentr1_core.lifecycle.stop import GracefulStop
         from agentr1_core.plugins import configure_registry
 
         cfg = trainer_side_config(container)
         threads = int(cfg.trainer.threads) or (os.cpu_count() or 1)
         torch.set_num_threads(threads)  # Ray sets OMP_NUM_THREADS=1 in actors that reserve no CPU
         registry = configure_registry(list(cfg.plugins.allow), list(cfg.plugins.block))
-        self.trainer = RayRolloutTrainer(cfg, registry, container, ClusterSettings(**settings), run_name)
+        self.stop = GracefulStop()  # not entered: no signal handlers here, the driver forwards the signal
+        self.trainer = ray_training_loop(cfg, registry, container, ClusterSettings(**settings), run_name,
+                                         callbacks=[self.stop])
+
+    def request_stop(self, signum: int) -> None:
+        if self.stop.signum is None:
+            self.stop.signum = int(signum)
 
     def fit(self) -> dict[str, Any]:
         return self.trainer.fit()
+
+
+def user_error_behind(exc: BaseException) -> BaseException | None:
+    """The exception a user should see behind a Ray error from the trainer actor: a one-line user error (exit 2) or
+    a ``RunStopped`` (exit 128 + signal); None for anything else (a bug: its traceback is shown)."""
+    from agentr1_core.lifecycle.stop import RunStopped
+    from agentr1_core.errors import UserError
+
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, (UserError, RunStopped)):
+            return exc
+        exc = getattr(exc, "cause", None) or exc.__cause__  # Ray's task errors carry the remote exception in .cause
+    return None
 
 
 class RayTrainer:
@@ -160,10 +165,22 @@ class RayTrainer:
             raise ValueError("callbacks need trainer.params.trainer_in_actor=false (they live in the driver)")
         self.run_name = run_name_for(str(config.run_dir))
 
+    def _wait(self, actor: Any) -> dict[str, Any]:
+        """The actor's ``fit`` result; a signal the driver's ``GracefulStop`` caught meanwhile is passed on."""
+        import ray
+
+        ref = actor.fit.remote()
+        forwarded = False
+        while not ray.wait([ref], timeout=0.5)[0]:
+            signum = next((cb.signum for cb in self.callbacks if getattr(cb, "signum", None)), None)
+            if signum is not None and not forwarded:
+                actor.request_stop.remote(signum)
+                forwarded = True
+        return ray.get(ref)
+
     def fit(self) -> dict[str, Any]:
         import ray
 
-        from agentr1_core.distributed.pool import error_cause
         from agentr1_core.distributed.settings import cluster_gpus, memory_plan
 
         container = OmegaConf.to_container(self.cfg, resolve=True)
@@ -174,21 +191,18 @@ class RayTrainer:
             if self.settings.trainer_in_actor:
                 actor = ray.remote(TrainerActor).options(
                     name=f"{self.run_name}-trainer", namespace=self.settings.namespace, num_cpus=0,
-                    num_gpus=float(self.settings.trainer_gpus), max_restarts=0,
+                    num_gpus=float(self.settings.trainer_gpus), max_restarts=0, max_concurrency=2,
                 ).remote(container, self.settings.to_dict(), self.run_name)
                 try:
-                    return ray.get(actor.fit.remote())
+                    return self._wait(actor)
                 except ray.exceptions.RayTaskError as exc:
-                    cause = error_cause(exc)  # the engine's own one-line message, not a remote traceback
+                    cause = user_error_behind(exc)
                     if cause is not None:
-                        raise type(cause)(str(cause)) from None
+                        raise cause from None
                     raise
-            trainer = RayRolloutTrainer(trainer_side_config(container), self.registry, container, self.settings,
-                                        self.run_name, callbacks=self.callbacks)
-            try:
-                return trainer.fit()
-            finally:
-                trainer.close()
+            loop = ray_training_loop(trainer_side_config(container), self.registry, container, self.settings,
+                                     self.run_name, callbacks=self.callbacks)
+            return loop.fit()
         finally:
             if actor is not None:
                 ray.kill(actor, no_restart=True)

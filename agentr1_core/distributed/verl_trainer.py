@@ -1,29 +1,28 @@
-"""The ``verl`` trainer: rollouts on Ray rollout workers, the updates on verl's FSDP engine workers.
+"""The ``verl`` backend: rollouts on Ray rollout workers, the updates on verl's FSDP engine workers; and
+``VerlTrainer``, the training loop (``trainers.loop``) running on it (plugin name ``verl``).
 
-Per iteration: rollouts through ``RolloutPool`` -> step rows -> (critic algorithms: the critic's value per step) ->
-this project's algorithm computes step-level advantages on the driver -> ``verl_data.step_rows_to_verl`` ->
-``DataProto`` -> verl's actor update (and the critic's value update) -> the actor's full weights are gathered in
-memory and published to the rollout workers through the object store. Around the update the rollout engines are
-put to sleep and woken up when they offer it (the vLLM engine with sleep mode; duck-typed).
+Per RL update: step rows -> (critic algorithms: the critic's value per step) -> this project's algorithm computes
+step-level advantages on the driver -> ``verl_data.step_rows_to_verl`` -> ``DataProto`` -> verl's actor update (and
+the critic's value update); ``publish_weights`` gathers the actor's full weights in memory and publishes them to the
+rollout workers through the object store. Around the update the rollout engines are put to sleep and woken up when
+they offer it (the vLLM engine with sleep mode; duck-typed). ``sft_update`` is cross-entropy on response tokens
+through the actor's own optimizer at ``sft.lr``.
 
-Also runs the configured ``stages``: ``sft`` (expert episodes, cross-entropy on response tokens through the actor's
-own optimizer at ``sft.lr``) and ``rl``; validation before, after SFT, every ``validation.every`` iterations and at
-the end; metric records with the local trainer's keys plus ``verl/*`` (the actor's and critic's own metrics) and
-``dist/*``. Checkpoints: verl's actor (and critic) checkpoint plus this trainer's state (iteration, data position,
-history, metrics offset) in ``run_dir/checkpoints/verl_iter_NNNNNN``, renamed into place when complete; every
-``trainer.checkpoint_every`` iterations and at the end; ``trainer.resume=auto`` continues from the newest.
+Metric records carry the local backend's keys plus ``verl/*`` (the actor's and critic's own metrics) and ``dist/*``.
+Checkpoints: verl's actor (and critic) checkpoint plus the loop's state and the metrics offset in
+``run_dir/checkpoints/verl_iter_NNNNNN``, renamed into place when complete.
 
 Every registered algorithm runs here: critic-free ones (GRPO, Dr.GRPO, RLOO, REINFORCE, REINFORCE++, GiGPO) and the
 critic ones (PPO, StepPO), whose critic is verl's value-model worker with its own optimizer. ``trainer.train_layers``
 freezes all but the actor's top blocks, as in the local trainer (the critic trains fully). Not supported: publishing
-un-merged LoRA adapters. ``device``: CUDA when torch sees a GPU, else the CPU platform of ``verl_cpu_platform`` (FSDP2 over gloo).
+un-merged LoRA adapters. ``device``: CUDA when torch sees a GPU, else the CPU platform of ``verl_cpu_platform``
+(FSDP2 over gloo).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import random
 import shutil
 import time
 from pathlib import Path
@@ -31,14 +30,18 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from agentr1_core.config import ConfigError
 from agentr1_core.distributed.settings import ClusterSettings
 from agentr1_core.lifecycle.run_dir import VERL_STATE_FILE, verl_checkpoint_dirs
+from agentr1_core.trainers.backend import RunInputs
+from agentr1_core.trainers.loop import TrainingLoop
 
 # verl's metric names -> the local trainer's (both are written: the local name and ``verl/<name>``)
 LOCAL_NAMES = {"loss": "loss", "grad_norm": "grad_norm", "actor/pg_loss": "pg_loss", "actor/pg_clipfrac":
                "clip_fraction", "actor/ppo_kl": "approx_kl", "actor/entropy_loss": "entropy", "kl_loss": "kl",
                "critic/vf_loss": "value_loss", "critic/vf_clipfrac": "value_clip_fraction", "sft_nll": "sft_nll"}
+# the first micro-batch's value of verl's per-micro-batch metric lists -> the loop's on-policy keys
+ON_POLICY_NAMES = {"actor/ppo_kl": "onpolicy/approx_kl", "actor/pg_clipfrac": "onpolicy/clip_fraction",
+                   "actor/kl_loss": "onpolicy/ref_kl"}
 WEIGHT_CHANGE_MAX_MB = 2048  # the driver keeps the previous weights to report ``weight_change`` up to this size
 
 
@@ -65,48 +68,57 @@ def resolve_model_folder(path: str) -> str:
     return path
 
 
+def write_model_folder(weights: dict[str, Any], like: str, folder: Path) -> None:
+    """A Hugging Face model folder with ``weights`` (numpy, by parameter name) and the config and tokenizer files of
+    the model folder ``like``; written next to ``folder`` and renamed into place."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    tmp = folder.with_name(folder.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for item in Path(like).iterdir():
+        if item.is_file() and not item.name.endswith((".safetensors", ".bin", ".index.json", ".gguf")):
+            shutil.copy2(item, tmp / item.name)
+    save_file({k: np.ascontiguousarray(v) for k, v in weights.items()}, str(tmp / "model.safetensors"))
+    shutil.rmtree(folder, ignore_errors=True)
+    os.replace(tmp, folder)
+
+
 def pick_device(n_gpus: int) -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() and n_gpus > 0 else "cpu"
 
 
-class VerlTrainer:
-    def __init__(self, config: Any, registry: Any, callbacks: list[Any] | None = None) -> None:
+class VerlBackend:
+    """Rollouts on a ``RolloutPool``, updates on verl's worker groups (see the module docstring)."""
+
+    def __init__(self, config: Any, registry: Any) -> None:
         self.cfg = config
         self.registry = registry
-        self.callbacks = list(callbacks or [])
         params = dict(OmegaConf.to_container(config.trainer.params, resolve=True) or {})
         params.pop("verl", None)
         self.n_gpus = int(params.pop("n_gpus", 1))
         self.settings = ClusterSettings.from_params(params)
-        stages = [str(s) for s in config.stages]
-        unknown = [s for s in stages if s not in ("sft", "rl")]
-        if unknown:
-            raise ConfigError(f"config error at stages: unknown stage {unknown[0]!r}; valid: sft, rl")
-        self.stages = stages
-        self.history: dict[str, Any] = {}
-        self.iteration = 0
-        self.data_cursor = 0
+        self.pool: Any = None
+        self.groups: Any = None
+        self.owns_ray = False
+        self._last_weights: dict[str, Any] | None = None
 
-    # -- setup --------------------------------------------------------------------------------------------------
-    def _setup(self) -> None:
-        from agentr1_core.config import component
+    # -- build --------------------------------------------------------------------------------------------------
+    def build(self, run: RunInputs) -> str:
+        from agentr1_core.distributed import verl_compat
         from agentr1_core.distributed.pool import RolloutPool
         from agentr1_core.distributed.ray_trainer import run_name_for
         from agentr1_core.distributed.settings import init_ray
         from agentr1_core.distributed.verl_data import merge_into_verl_config, verl_config
-        from agentr1_core.lifecycle.checkpoint import check_run_dir
-        from agentr1_core.lifecycle.metrics import MetricsLogger
+        from agentr1_core.distributed.verl_workers import VerlGroups
         from agentr1_core.models import load_model_and_tokenizer
-        from agentr1_core.rollout.base import SamplingParams
 
         cfg = self.cfg
-        self.run_dir = Path(str(cfg.run_dir))
-        check_run_dir(self.run_dir, int(float(cfg.trainer.min_free_gb) * 1024 ** 3))
+        self.algorithm = run.algorithm
         self.device = pick_device(self.n_gpus)
-        from agentr1_core.distributed import verl_compat
-
         os.environ.update(verl_compat.compat_environment())  # inherited by the Ray workers started below
         verl_compat.apply()
         if self.device == "cpu":
@@ -114,29 +126,10 @@ class VerlTrainer:
 
             os.environ.update(verl_cpu_platform.cpu_environment())  # inherited by the Ray workers started below
             verl_cpu_platform.register()
-        name, aparams = component(cfg, "algorithm")
-        self.algorithm = self.registry.build("algorithm", name, aparams, where="algorithm")
         self.model_path = resolve_model_folder(str(cfg.model.path))
         _, self.tokenizer = load_model_and_tokenizer(self.model_path, dtype="float32", device="cpu")
         self.pad_id = (self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None
                        else self.tokenizer.eos_token_id)
-        dname, dparams = component(cfg, "data.train")
-        self.train_rows = list(self.registry.build("dataset", dname, dparams, where="data.train"))
-        if not self.train_rows:
-            raise ValueError("data.train produced no rows")
-        self.val_rows: list[dict[str, Any]] = []
-        if OmegaConf.select(cfg, "data.val") is not None:
-            vname, vparams = component(cfg, "data.val")
-            self.val_rows = list(self.registry.build("dataset", vname, vparams, where="data.val"))
-            if int(cfg.validation.max_rows) > 0:
-                self.val_rows = self.val_rows[: int(cfg.validation.max_rows)]
-        self.order = list(range(len(self.train_rows)))
-        random.Random(int(cfg.seed)).shuffle(self.order)
-        ro = cfg.rollout
-        self.sampling = SamplingParams(temperature=float(ro.temperature), top_p=float(ro.top_p), top_k=int(ro.top_k),
-                                       max_new_tokens=int(ro.max_new_tokens), stop=list(ro.stop))
-        self.val_sampling = SamplingParams(temperature=float(cfg.validation.temperature), top_p=1.0, top_k=0,
-                                           max_new_tokens=int(ro.max_new_tokens), stop=list(ro.stop))
         self.owns_ray = init_ray(self.settings)
         container = OmegaConf.to_container(cfg, resolve=True)
         container["model"]["path"] = self.model_path
@@ -144,28 +137,34 @@ class VerlTrainer:
         settings = verl_config(cfg, self.algorithm, n_gpus=self.n_gpus, model_path=self.model_path,
                                device=self.device)
         self.merged = merge_into_verl_config(verl_default_config(), settings)
-        from agentr1_core.distributed.verl_workers import VerlGroups
-
         t0 = time.perf_counter()
+        need_ref = bool(self.merged.actor_rollout_ref.actor.use_kl_loss)
+        self.reference_folder = run.run_dir / "reference_model"
+        # after SFT the reference is the policy as RL starts (``start_rl``); a resumed run has its folder already
+        self.reference_pending = need_ref and "sft" in [str(s) for s in cfg.stages]
         self.groups = VerlGroups(self.merged, self.n_gpus, self.device,
-                                 need_ref=bool(self.merged.actor_rollout_ref.actor.use_kl_loss),
+                                 need_ref=need_ref and not self.reference_pending,
                                  need_critic=bool(getattr(self.algorithm, "needs_critic", False)),
                                  train_layers=int(cfg.trainer.train_layers))
-        self.workers_start_seconds = time.perf_counter() - t0
-        self.resumed_from = self._maybe_resume()
-        if self.resumed_from is None:  # the starting weights, for the first ``weight_change``
-            start = self.groups.export_weights()
-            if sum(v.nbytes for v in start.values()) <= WEIGHT_CHANGE_MAX_MB * 2 ** 20:
-                self._last_weights = start
-        self.writer = MetricsLogger(self.run_dir, purge_step=self.iteration + 1 if self.resumed_from else None)
+        if self.reference_pending and (self.reference_folder / "config.json").is_file():
+            self.groups.start_reference(str(self.reference_folder))
+            self.reference_pending = False
+        seconds = time.perf_counter() - t0
+        start = self.groups.export_weights()  # the starting weights, for the first ``weight_change``
+        if sum(v.nbytes for v in start.values()) <= WEIGHT_CHANGE_MAX_MB * 2 ** 20:
+            self._last_weights = start
+        trained = (f", {self.groups.trainable_params / 1e6:.2f}M trainable params"
+                   if self.groups.trainable_params is not None else "")
+        return (f"verl on {self.device} ({self.n_gpus} rank(s), workers started in {seconds:.1f}s{trained}); "
+                f"model {self.model_path}")
 
-    # -- data ---------------------------------------------------------------------------------------------------
-    def next_rows(self, count: int) -> list[dict[str, Any]]:
-        rows = []
-        for _ in range(count):
-            rows.append(self.train_rows[self.order[self.data_cursor % len(self.order)]])
-            self.data_cursor += 1
-        return rows
+    # -- rollouts -----------------------------------------------------------------------------------------------
+    def rollout(self, rows: list[dict[str, Any]], n: int, sampling: Any, *, policy: str = "model",
+                desc: str = "rollout", prefix: str = "") -> list[Any]:
+        return self.pool.run(rows, n, sampling, policy=policy, prefix=prefix, desc=desc)
+
+    def take_stats(self) -> dict[str, Any]:
+        return self.pool.take_stats() if self.pool is not None else {}
 
     # -- engines around the update ------------------------------------------------------------------------------
     def _engines(self, method: str) -> float:
@@ -204,85 +203,78 @@ class VerlTrainer:
         out.update({LOCAL_NAMES[k]: v for k, v in got.items() if k in LOCAL_NAMES})
         return out
 
-    # -- stages -------------------------------------------------------------------------------------------------
-    def validate(self, label: str) -> dict[str, Any] | None:
-        from agentr1_core.lifecycle.metrics import write_episodes
-        from agentr1_core.trainers.metrics import validation_metrics
+    def publish_weights(self) -> dict[str, Any]:
+        """Gathers the actor's weights in memory, publishes them to the rollout workers, wakes the engines."""
+        import numpy as np
 
-        if not self.val_rows:
-            return None
+        metrics: dict[str, Any] = {}
         t0 = time.perf_counter()
-        trajs = self.pool.run(self.val_rows, int(self.cfg.validation.n), self.val_sampling,
-                              prefix=f"val-{label}-", desc=f"validate ({label})")
-        result = validation_metrics(trajs)
-        result.update(label=label, seconds=time.perf_counter() - t0, iteration=self.iteration)
-        self.history.setdefault("validation", {})[label] = result
-        self.writer.write({"event": "validation", **result})
-        write_episodes(self.run_dir / "episodes" / f"{label}.jsonl", trajs)
-        print(f"[validation {label}] success {result['success_rate']:.3f} reward {result['reward_mean']:.3f} "
-              f"on {result['cases']} cases", flush=True)
-        return result
+        state = self.groups.export_weights()
+        metrics["dist/weights_gather_seconds"] = time.perf_counter() - t0
+        prev = self._last_weights
+        if prev is not None:
+            metrics["weight_change"] = float(np.sqrt(sum(float(((state[k] - prev[k]) ** 2).sum())
+                                                         for k in state if k in prev)))
+        small = sum(v.nbytes for v in state.values()) <= WEIGHT_CHANGE_MAX_MB * 2 ** 20
+        self._last_weights = state if small else None
+        t0 = time.perf_counter()
+        self.pool.publish(state)
+        metrics["publish_seconds"] = time.perf_counter() - t0
+        metrics["dist/wake_seconds"] = self._engines("wake_up")
+        return metrics
 
-    def run_sft(self) -> dict[str, Any]:
-        from agentr1_core.distributed.verl_data import step_rows_to_verl, to_dataproto
-        from agentr1_core.lifecycle.episode_errors import check_expert_steps
-        from agentr1_core.trainers.batching import trajectories_to_rows
-        from agentr1_core.trainers.metrics import expert_problems, rollout_metrics
+    @staticmethod
+    def _named(got: dict[str, Any], critic: bool = False) -> dict[str, Any]:
+        """``verl/<name>`` for every worker metric (``verl/critic/<name>`` for the critic's), plus the local
+        backend's names for the ones it has; lists (one value per micro-batch) are averaged, and the first value of
+        the on-policy ones is kept as ``onpolicy/*``."""
+        firsts = {ON_POLICY_NAMES[k]: abs(float(v[0])) for k, v in got.items()
+                  if k in ON_POLICY_NAMES and isinstance(v, list) and v}
+        got = {k: (sum(v) / len(v) if isinstance(v, list) else v) for k, v in got.items()
+               if not isinstance(v, list) or v}
+        if critic:
+            out = {f"verl/critic/{k.removeprefix('critic/')}": v for k, v in got.items()}
+            out.update({LOCAL_NAMES[k]: v for k, v in got.items() if k.startswith("critic/") and k in LOCAL_NAMES})
+            return out
+        out = {f"verl/{k}": v for k, v in got.items()}
+        out.update({LOCAL_NAMES[k]: v for k, v in got.items() if k in LOCAL_NAMES})
+        out.update(firsts)
+        return out
 
+    # -- updates ------------------------------------------------------------------------------------------------
+    def sft_update(self, steps: Any) -> dict[str, Any]:
         import torch
 
+        from agentr1_core.distributed.verl_data import step_rows_to_verl, to_dataproto
+
         sft = self.cfg.sft
+        width = max(len(r.response_ids) for r in steps.rows) or 1
+        layout = step_rows_to_verl(steps.rows, torch.zeros(len(steps.rows), width), None, self.pad_id,
+                                   steps.group_keys, steps.traj_uids, meta={"temperature": 1.0})
+        self._engines("sleep")
         t0 = time.perf_counter()
-        rows = self.next_rows(min(int(sft.rows), len(self.train_rows)))
-        trajs = self.pool.run(rows, 1, self.sampling, policy="expert", prefix="sft-", desc="expert rollouts")
-        seconds = time.perf_counter() - t0
-        steps = trajectories_to_rows(trajs)
-        check_expert_steps(trajs, len(steps.rows))
-        expert = rollout_metrics(trajs, seconds)
-        record: dict[str, Any] = {"event": "sft", "expert_episodes": len(trajs), "sft_steps": len(steps.rows),
-                                  "expert_success_rate": expert["success_rate"],
-                                  "expert_reward_mean": expert["reward_mean"],
-                                  "expert_terminations": expert["terminations"],
-                                  "expert_tool_errors": expert["tool_errors"]}
-        if steps.rows:
-            width = max(len(r.response_ids) for r in steps.rows) or 1
-            layout = step_rows_to_verl(steps.rows, torch.zeros(len(steps.rows), width), None, self.pad_id,
-                                       steps.group_keys, steps.traj_uids, meta={"temperature": 1.0})
-            self._engines("sleep")
-            got = self.groups.sft_update(to_dataproto(layout), float(sft.lr), int(sft.epochs), int(sft.batch_size),
-                                         int(self.cfg.seed))
-            record.update(self._named(got))
-            self._publish(record)
-            self._engines("wake_up")
-        self.writer.write(record)
-        print(f"[sft] {len(trajs)} expert episodes (success {expert['success_rate']:.2f}{expert_problems(expert)}), "
-              f"{len(steps.rows)} steps", flush=True)
-        self.history["sft"] = record
-        return record
+        got = self.groups.sft_update(to_dataproto(layout), float(sft.lr), int(sft.epochs), int(sft.batch_size),
+                                     int(self.cfg.seed))
+        out = self._named(got)
+        out["update_seconds"] = time.perf_counter() - t0
+        return out
 
-    def train_iteration(self) -> dict[str, Any]:
-        from agentr1_core.trainers.batching import trajectories_to_rows
-        from agentr1_core.trainers.metrics import end_iteration, rollout_metrics
+    def start_rl(self, after_sft: bool) -> None:
+        """The KL reference is the policy as RL starts: after SFT, the actor's weights are written once as a model
+        folder in the run directory (``reference_model/``, which a resumed run reuses) and the reference starts
+        from it; without SFT it already holds the starting weights."""
+        if not self.reference_pending:
+            return
+        write_model_folder(self.groups.export_weights(), self.model_path, self.reference_folder)
+        self.groups.start_reference(str(self.reference_folder))
+        self.reference_pending = False
 
-        cfg = self.cfg
-        t0 = time.perf_counter()
-        self.iteration += 1
-        rows = self.next_rows(int(cfg.rollout.batch_size))
-        trajs = self.pool.run(rows, int(cfg.rollout.n), self.sampling, prefix=f"it{self.iteration}-",
-                              desc=f"rollout {self.iteration}")
-        metrics: dict[str, Any] = {"iteration": self.iteration,
-                                   **rollout_metrics(trajs, time.perf_counter() - t0)}
-        steps = trajectories_to_rows(trajs)
-        metrics.update(train_steps=len(steps.rows), nonfinite_logprob_steps=steps.nonfinite_logprob_steps)
-        if steps.rows:
-            metrics["dist/sleep_seconds"] = self._engines("sleep")
-            metrics.update(self._update(steps, trajs))
-            self._publish(metrics)
-            metrics["dist/wake_seconds"] = self._engines("wake_up")
-        metrics.update(self.pool.take_stats())
-        return end_iteration(self, metrics, t0)
+    def rl_update(self, steps: Any, trajectories: list[Any], iteration: int) -> dict[str, Any]:
+        metrics = {"dist/sleep_seconds": self._engines("sleep")}
+        metrics.update(self._update(steps, trajectories, iteration))
+        return metrics
 
-    def _update(self, steps: Any, trajs: list[Any]) -> dict[str, Any]:
+    def _update(self, steps: Any, trajs: list[Any], iteration: int) -> dict[str, Any]:
         """Scores, advantages and the verl updates of one rollout batch; returns metrics."""
         from agentr1_core.distributed.verl_data import step_rows_to_verl, to_dataproto
         from agentr1_core.trainers.batching import build_step_batch
@@ -317,11 +309,11 @@ class VerlTrainer:
         update = proto(adv.advantages, adv.returns, old_logprobs=batch.old_logprobs if recompute else None,
                        ref_logprobs=batch.ref_logprobs)
         got = self.groups.update_actor(update, int(tr.mini_batches), int(tr.update_epochs),
-                                       int(cfg.seed) * 100003 + self.iteration)
+                                       int(cfg.seed) * 100003 + iteration)
         out.update(self._named(got))
         if self.groups.critic is not None:
             got = self.groups.update_critic(proto(), batch.values, adv.returns, int(tr.update_epochs),
-                                            int(cfg.seed) * 100003 + self.iteration)
+                                            int(cfg.seed) * 100003 + iteration)
             out.update(self._named(got, critic=True))
         out["update_seconds"] = time.perf_counter() - t_upd
         tokens = sum(len(r.prompt_ids) + len(r.response_ids) for r in steps.rows) * int(tr.update_epochs)
@@ -329,81 +321,51 @@ class VerlTrainer:
         return out
 
     # -- checkpoints --------------------------------------------------------------------------------------------
-    def _checkpoint_due(self) -> bool:
-        every, total = int(self.cfg.trainer.checkpoint_every), int(self.cfg.trainer.total_steps)
-        return every >= 0 and (self.iteration >= total or (every > 0 and self.iteration % every == 0))
-
-    def save_checkpoint(self) -> Path:
-        """verl's actor/critic checkpoint plus this trainer's state, written to ``*.tmp`` and renamed into place."""
-        t0 = time.perf_counter()
-        root = self.run_dir / "checkpoints"
-        final = root / f"verl_iter_{self.iteration:06d}"
+    def save_checkpoint(self, run_dir: Path, iteration: int, loop_state: dict[str, Any], metrics_offset: int) -> Path:
+        """verl's actor/critic checkpoint plus the loop's state, written to ``*.tmp`` and renamed into place."""
+        root = run_dir / "checkpoints"
+        final = root / f"verl_iter_{iteration:06d}"
         tmp = root / f"{final.name}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        self.groups.save(tmp, self.iteration)
-        state = {"iteration": self.iteration, "data_cursor": self.data_cursor, "history": self.history,
-                 "metrics_offset": self.writer.offset(), "seed": int(self.cfg.seed)}
+        self.groups.save(tmp, iteration)
+        state = {"loop": loop_state, "metrics_offset": int(metrics_offset), "seed": int(self.cfg.seed)}
         (tmp / VERL_STATE_FILE).write_text(json.dumps(state, default=str), encoding="utf-8")
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
         keep = int(self.cfg.trainer.keep_checkpoints)
-        for old in verl_checkpoint_dirs(self.run_dir)[:-keep] if keep > 0 else []:
+        for old in verl_checkpoint_dirs(run_dir)[:-keep] if keep > 0 else []:
             shutil.rmtree(old, ignore_errors=True)
-        print(f"[checkpoint] {final} in {time.perf_counter() - t0:.1f}s", flush=True)
         return final
 
-    def _maybe_resume(self) -> Path | None:
-        from agentr1_core.lifecycle.metrics import truncate_metrics
-
-        mode = str(self.cfg.trainer.resume)
-        if mode not in ("never", "auto"):
-            raise ConfigError(f"config error at trainer.resume: must be 'never' or 'auto', got {mode!r}")
-        found = verl_checkpoint_dirs(self.run_dir) if mode == "auto" else []
+    def load_latest_checkpoint(self, run_dir: Path) -> tuple[Path, dict[str, Any], int] | None:
+        found = verl_checkpoint_dirs(run_dir)
         if not found:
             return None
         last = found[-1]
         state = json.loads((last / VERL_STATE_FILE).read_text(encoding="utf-8"))
         self.groups.load(last)
-        self.iteration, self.data_cursor = int(state["iteration"]), int(state["data_cursor"])
-        self.history = dict(state.get("history") or {})
-        truncate_metrics(self.run_dir, int(state.get("metrics_offset", 0)))
-        self._publish({})
-        print(f"[resume] from {last} (iteration {self.iteration})", flush=True)
-        return last
+        self._publish_restored()
+        return last, state["loop"], int(state.get("metrics_offset", 0))
 
-    # -- run ----------------------------------------------------------------------------------------------------
-    def fit(self) -> dict[str, Any]:
-        import ray
+    def _publish_restored(self) -> None:
+        state = self.groups.export_weights()
+        self._last_weights = state
+        self.pool.publish(state)
 
-        start = time.perf_counter()
-        try:
-            self._setup()
-            trained = (f", {self.groups.trainable_params / 1e6:.2f}M trainable params"
-                       if self.groups.trainable_params is not None else "")
-            print(f"[setup] verl on {self.device} (workers started in {self.workers_start_seconds:.1f}s"
-                  f"{trained}); model {self.model_path}; {len(self.train_rows)} train rows, {len(self.val_rows)} validation rows; "
-                  f"stages {self.stages}", flush=True)
-            if self.iteration == 0 and self.resumed_from is None and self.cfg.validation.before:
-                self.validate("before_sft" if "sft" in self.stages else "before_rl")
-            if "sft" in self.stages and "sft" not in self.history:
-                self.run_sft()
-                self.validate("after_sft")
-            if "rl" in self.stages:
-                while self.iteration < int(self.cfg.trainer.total_steps):
-                    self.train_iteration()
-                self.validate("after_rl")
-            self.history.update(wall_seconds=time.perf_counter() - start, iterations=self.iteration,
-                                seed=int(self.cfg.seed))
-            (self.run_dir / "summary.json").write_text(json.dumps(self.history, indent=2, default=str),
-                                                       encoding="utf-8")
-            return self.history
-        finally:
-            writer = getattr(self, "writer", None)
-            if writer is not None:
-                writer.close()
-            pool = getattr(self, "pool", None)
-            if pool is not None:
-                pool.close()
-            if getattr(self, "owns_ray", False):
-                ray.shutdown()
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
+        if self.owns_ray:
+            import ray
+
+            ray.shutdown()
+            self.owns_ray = False
+
+
+class VerlTrainer(TrainingLoop):
+    """The training loop on the ``verl`` backend (the plugin ``trainer.name: verl``)."""
+
+    def __init__(self, config: Any, registry: Any, callbacks: list[Any] | None = None) -> None:
+        super().__init__(config, registry, VerlBackend(config, registry), callbacks)

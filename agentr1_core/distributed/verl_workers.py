@@ -12,6 +12,7 @@ iteration needs, each taking a padded ``DataProto`` built by ``verl_data.step_ro
 * ``sft_update``: cross-entropy on the response tokens with the actor's optimizer (the warm-start stage);
 * ``train_layers > 0``: only the actor's top decoder blocks (and final norm) are trained, as with the local trainer;
 * ``export_weights``: the actor's full weights as numpy arrays, gathered in memory (no disk round trip);
+* ``start_reference``: (re)starts the reference from a model folder (the policy as RL starts, after SFT);
 * ``save`` / ``load``: verl checkpoints of the actor and the critic.
 
 This module imports verl at the top: only the ``verl`` trainer imports it, in verl's own environment.
@@ -126,11 +127,10 @@ class VerlGroups:
         self.trainable_params = None
         if int(train_layers) > 0:
             self.trainable_params = int(self.actor.train_top_layers(int(train_layers))[0])
+        self._group = group
         self.ref = None
         if need_ref:
-            self.ref = group(RayClassWithInitArgs(cls=ray.remote(ActorRolloutRefWorker),
-                                                  config=merged.actor_rollout_ref, role="ref"))
-            self.ref.init_model()
+            self.start_reference(None)
         self.critic = None
         if need_critic:
             from verl.utils.config import omega_conf_to_dataclass
@@ -149,6 +149,22 @@ class VerlGroups:
             self.critic.reset()
             self.critic.set_loss_fn(partial(value_loss, config=critic_cfg))
             self.critic_mini = int(OmegaConf.select(merged, "critic.ppo_mini_batch_size"))
+
+    def start_reference(self, model_path: str | None) -> None:
+        """(Re)start the frozen reference from ``model_path`` (a Hugging Face folder; None: the actor's model)."""
+        import copy
+
+        import ray
+
+        cfg = self.merged.actor_rollout_ref
+        if model_path is not None:
+            cfg = copy.deepcopy(cfg)
+            cfg.model.path = str(model_path)
+        if self.ref is not None:
+            for worker in self.ref.workers:
+                ray.kill(worker)
+        self.ref = self._group(RayClassWithInitArgs(cls=ray.remote(ActorRolloutRefWorker), config=cfg, role="ref"))
+        self.ref.init_model()
 
     # -- helpers ------------------------------------------------------------------------------------------------
     def _padded(self, proto: Any) -> tuple[Any, int]:
@@ -236,14 +252,14 @@ class VerlGroups:
 
 
 def _metrics(output: Any) -> dict[str, Any]:
-    """The worker's metrics as plain numbers (lists averaged)."""
+    """The worker's metrics as plain numbers, or lists of them (one per micro-batch, in order)."""
     if hasattr(output, "get") and not hasattr(output, "keys"):
         output = output.get()
     raw = dict(tu.get(output, "metrics") or {})
     out: dict[str, Any] = {}
     for key, value in raw.items():
         if isinstance(value, list) and value and all(isinstance(v, (int, float)) for v in value):
-            out[key] = sum(value) / len(value)
+            out[key] = [float(v) for v in value]
         elif isinstance(value, (int, float)):
             out[key] = value
     return out

@@ -39,10 +39,7 @@ def eval_trainer(cfg: Any, registry: Any) -> Any:
     from agentr1_core.trainers.local import LocalTrainer
 
     class EvalTrainer(LocalTrainer):
-        def _maybe_resume(self) -> None:
-            return None
-
-        def _make_writer(self) -> Any:
+        def make_writer(self) -> Any:
             return _NoMetrics()
 
     return EvalTrainer(cfg, registry)
@@ -78,8 +75,8 @@ def evaluate(cfg: Any, registry: Any, checkpoint: str | None = None,
             raise FileNotFoundError("the config has no validation rows (set data.val)")
         state: dict[str, Any] = {}
         if ckpt is not None:
-            load_weights(trainer.policy.model, ckpt / "model")
-            trainer.engine.sync_weights()
+            load_weights(trainer.backend.policy.model, ckpt / "model")
+            trainer.backend.publish_weights()
             state = load_state(ckpt)
         trajs, seconds = trainer.rollout(trainer.val_rows, int(cfg.validation.n), trainer.val_sampling,
                                          desc="eval", prefix="eval-")
@@ -90,7 +87,7 @@ def evaluate(cfg: Any, registry: Any, checkpoint: str | None = None,
         if episodes is not None:
             episodes.extend(trajs)
         return {"checkpoint": str(ckpt) if ckpt is not None else None,
-                "iteration": state.get("iteration"), "model_path": str(cfg.model.path),
+                "iteration": (state.get("loop") or {}).get("iteration"), "model_path": str(cfg.model.path),
                 "episodes": len(trajs), "n_per_row": int(cfg.validation.n),
                 "temperature": float(cfg.validation.temperature), **result}
     finally:

@@ -1,9 +1,9 @@
 """Stop a run at a safe point on SIGTERM (what schedulers send before preemption) or SIGINT (Ctrl-C).
 
-``GracefulStop`` is a context manager and a trainer callback: inside it, the first SIGTERM or SIGINT only sets a
-flag; at the end of the current RL iteration the trainer writes a checkpoint (unless it has just written one) and
-the run ends with ``RunStopped`` (the CLI prints one line and exits with 128 + the signal number, 143 for SIGTERM,
-130 for SIGINT). A second signal interrupts at once (``KeyboardInterrupt``). Outside the main thread, or outside
+``GracefulStop`` is a context manager and a training-loop callback: inside it, the first SIGTERM or SIGINT only sets
+a flag; at the end of the current RL iteration (or of the SFT stage) the loop writes a checkpoint (unless it has just
+written one) and the run ends with ``RunStopped`` (the CLI prints one line and exits with 128 + the signal number,
+143 for SIGTERM, 130 for SIGINT). A second signal interrupts at once (``KeyboardInterrupt``). Outside the main thread, or outside
 the context, signals keep their usual behaviour.
 """
 
@@ -22,7 +22,11 @@ class RunStopped(Exception):
 
     def __init__(self, message: str, signum: int) -> None:
         super().__init__(message)
+        self.signum = int(signum)
         self.exit_code = 128 + int(signum)
+
+    def __reduce__(self) -> tuple[Any, ...]:  # crosses process boundaries (a trainer in a Ray actor)
+        return (RunStopped, (str(self), self.signum))
 
 
 class GracefulStop:
@@ -49,13 +53,14 @@ class GracefulStop:
               f"checkpoint (send it again to stop at once)", file=sys.stderr, flush=True)
 
     def on_iteration_end(self, trainer: Any, metrics: dict[str, Any]) -> None:
+        self._stop_if_signalled(trainer, f"iteration {trainer.iteration}")
+
+    def on_stage_end(self, trainer: Any, stage: str) -> None:
+        self._stop_if_signalled(trainer, f"the {stage} stage")
+
+    def _stop_if_signalled(self, trainer: Any, where: str) -> None:
         if self.signum is None:
             return
-        from agentr1_core.lifecycle.checkpoint import latest_checkpoint
-
-        run_dir, save = getattr(trainer, "run_dir", None), getattr(trainer, "save_checkpoint", None)
-        last = latest_checkpoint(run_dir) if run_dir is not None else None
-        if callable(save) and (last is None or int(last.name.split("_")[-1]) != int(trainer.iteration)):
-            last = save()
-        raise RunStopped(f"stopped by {signal.Signals(self.signum).name} after iteration {trainer.iteration}; "
-                         f"checkpoint {last}; continue with --resume", self.signum)
+        last = trainer.save_checkpoint()  # the loop skips it when this iteration's checkpoint exists
+        raise RunStopped(f"stopped by {signal.Signals(self.signum).name} after {where}; checkpoint {last}; "
+                         f"continue with --resume", self.signum)

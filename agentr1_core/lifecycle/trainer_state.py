@@ -2,11 +2,13 @@
 
 A checkpoint of iteration N is ``<run_dir>/checkpoints/step_<N>/`` with ``model/`` (the Hugging Face folder of the
 trained model, or of its LoRA adapter, plus the tokenizer: what ``export`` reads) and ``trainer_state.pt`` (optimizer,
-scheduler, value head, every RNG, data position, iteration, history, ``model_path`` of the base model, and the size
-of ``metrics.jsonl`` at that moment). Model weights are stored once, in ``model/``.
+scheduler, value head, torch's RNG, ``loop``: the training loop's state (iteration, data order, history, Python's
+RNG), ``model_path`` of the base model, and the size of ``metrics.jsonl`` at that moment). Model weights are
+stored once, in ``model/``.
 
-``resume_latest`` restores all of it into a set-up trainer and cuts ``metrics.jsonl`` back to what the checkpoint
-saw, so the resumed run logs every later iteration exactly once.
+``resume_latest`` restores the backend's part into a built local backend and returns the loop's part and the
+metrics offset; the loop cuts ``metrics.jsonl`` back to what the checkpoint saw, so the resumed run logs every later
+iteration exactly once.
 """
 
 from __future__ import annotations
@@ -18,8 +20,7 @@ from typing import Any
 import torch
 
 from agentr1_core.lifecycle.checkpoint import latest_checkpoint, load_state, save_checkpoint
-from agentr1_core.lifecycle.metrics import truncate_metrics
-from agentr1_core.plugins import PluginError
+from agentr1_core.errors import CheckpointMismatch
 
 
 def load_weights(model: Any, folder: str | os.PathLike) -> None:
@@ -53,38 +54,33 @@ def load_weights(model: Any, folder: str | os.PathLike) -> None:
                 params[name].copy_(value)
 
 
-def save_trainer_checkpoint(trainer: Any) -> Path:
-    """Write the trainer's checkpoint for its current iteration (atomically; older ones pruned)."""
-    cfg = trainer.cfg
-    state = trainer.state_dict()
+def save_trainer_checkpoint(backend: Any, run_dir: Path, iteration: int, loop_state: dict[str, Any],
+                            metrics_offset: int) -> Path:
+    """Write the local backend's checkpoint of ``iteration`` with the loop's state (atomically; older ones
+    pruned)."""
+    cfg = backend.cfg
+    state = backend.state_dict()
     state.pop("model", None)  # the weights are the model/ folder
-    state["model_path"] = str(cfg.model.path)
-    state["lora"] = bool(cfg.model.lora.enabled)
-    state["seed"] = int(cfg.seed)
-    state["metrics_offset"] = trainer.writer.offset() if hasattr(trainer.writer, "offset") else None
-    return save_checkpoint(trainer.run_dir, trainer.iteration, state, model=trainer.policy.model,
-                           tokenizer=trainer.tokenizer, keep=max(1, int(cfg.trainer.keep_checkpoints)))
+    state.update(loop=loop_state, model_path=str(cfg.model.path), lora=bool(cfg.model.lora.enabled),
+                 seed=int(cfg.seed), metrics_offset=int(metrics_offset))
+    return save_checkpoint(run_dir, iteration, state, model=backend.policy.model, tokenizer=backend.tokenizer,
+                           keep=max(1, int(cfg.trainer.keep_checkpoints)))
 
 
-class CheckpointMismatch(PluginError):
-    """A checkpoint that cannot be loaded into the run's model or optimizer (one line, exit code 2)."""
-
-
-def resume_latest(trainer: Any) -> Path | None:
-    """Restore the latest complete checkpoint of ``trainer.run_dir`` into ``trainer``; None when there is none."""
-    ckpt = latest_checkpoint(trainer.run_dir)
+def resume_latest(backend: Any, run_dir: Path) -> tuple[Path, dict[str, Any], int] | None:
+    """Restore the latest complete checkpoint of ``run_dir`` into a built local backend; returns (its path, the
+    loop's state, the metrics offset), or None when there is none."""
+    ckpt = latest_checkpoint(run_dir)
     if ckpt is None:
         return None
     try:
         state = load_state(ckpt)
-        load_weights(trainer.policy.model, ckpt / "model")
-        trainer.load_state_dict(state)
+        if "loop" not in state:
+            raise KeyError("the checkpoint has no training-loop state (written by an older version)")
+        load_weights(backend.policy.model, ckpt / "model")
+        backend.load_state_dict(state)
     except (KeyError, ValueError, RuntimeError) as exc:  # another model, optimizer layout or trainer
         raise CheckpointMismatch(f"checkpoint {ckpt} does not fit this run's model and trainer "
                                  f"({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}); "
                                  f"resume with the run's own config or start a new run_dir") from exc
-    offset = state.get("metrics_offset")
-    dropped = truncate_metrics(trainer.run_dir, int(offset)) if offset is not None else 0
-    print(f"[resume] {ckpt} (iteration {trainer.iteration}); dropped {dropped} metric records written after it",
-          flush=True)
-    return ckpt
+    return ckpt, state["loop"], int(state.get("metrics_offset") or 0)

@@ -1,8 +1,6 @@
 """Run metrics computed from trajectories: summaries of a rollout and validation results per ``data_source``.
 
-Where they go (``metrics.jsonl``, TensorBoard, W&B, the console line) is ``agentr1_core.lifecycle.metrics``;
-``MetricsWriter`` and ``console_line`` are re-exported here for the trainers that import them from this module.
-``end_iteration`` is the tail every trainer runs after an RL iteration's update.
+Where they go (``metrics.jsonl``, TensorBoard, W&B, the console line) is ``agentr1_core.lifecycle.metrics``.
 """
 
 from __future__ import annotations
@@ -10,39 +8,15 @@ from __future__ import annotations
 import math
 import resource
 import statistics
-import time
 from collections import Counter
 from typing import Any, Sequence
 
-from agentr1_core.lifecycle.metrics import MetricsLogger, console_line  # noqa: F401  (re-exported)
 from agentr1_core.mdp import Trajectory
-
-MetricsWriter = MetricsLogger
 
 
 def peak_rss_mb() -> float:
     """Peak resident memory of this process in MiB (Linux reports KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-
-
-def end_iteration(trainer: Any, metrics: dict[str, Any], started: float) -> dict[str, Any]:
-    """After an iteration's update: validation when due (``validation.every``, not on the last iteration, which the
-    run validates as ``after_rl``), wall time and peak memory, the metrics record (JSONL, TensorBoard, console line),
-    a due checkpoint, then the callbacks. ``trainer`` has ``cfg``, ``iteration``, ``writer``, ``callbacks``,
-    ``validate``, ``_checkpoint_due`` and ``save_checkpoint``."""
-    total = int(trainer.cfg.trainer.total_steps)
-    every = int(trainer.cfg.validation.every)
-    if every > 0 and trainer.iteration % every == 0 and trainer.iteration < total:
-        metrics["validation"] = trainer.validate(f"iter{trainer.iteration}")
-    metrics["iteration_seconds"] = time.perf_counter() - started
-    metrics["peak_rss_mb"] = peak_rss_mb()
-    trainer.writer.write(metrics)
-    print(console_line(metrics, total), flush=True)
-    if trainer._checkpoint_due():
-        trainer.save_checkpoint()
-    for cb in trainer.callbacks:
-        cb.on_iteration_end(trainer, metrics)
-    return metrics
 
 
 def expert_problems(expert: dict[str, Any]) -> str:

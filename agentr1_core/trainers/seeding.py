@@ -39,3 +39,19 @@ class EpisodeSeededEngine:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._engine, name)
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's, torch's and (when installed) numpy's global generators."""
+    import random
+
+    import torch
+
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed % (2 ** 32))
+    except ImportError:
+        pass

@@ -229,8 +229,9 @@ def test_engines_sleep_and_wake_around_the_update_when_the_pool_offers_it():
         def wake_up(self):
             calls.append("wake_up")
 
-    trainer.pool = SleepyPool()
-    assert trainer._engines("sleep") >= 0 and trainer._engines("wake_up") >= 0
+    backend = trainer.backend
+    backend.pool = SleepyPool()
+    assert backend._engines("sleep") >= 0 and backend._engines("wake_up") >= 0
     assert calls == ["sleep", "wake_up"]
-    trainer.pool = object()  # a pool without sleep mode
-    assert trainer._engines("sleep") == 0.0
+    backend.pool = object()  # a pool without sleep mode
+    assert backend._engines("sleep") == 0.0

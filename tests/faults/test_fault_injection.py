@@ -101,9 +101,9 @@ def check_faults_counted(trainer: RecordingTrainer, expected_episodes: int) -> d
     # no NaN reached the optimizer
     assert all(r["skipped_steps"] == 0 and r["optimizer_steps"] >= 1 for r in iters)
     assert all(math.isfinite(r["loss"]) and math.isfinite(r["grad_norm"]) for r in iters)
-    assert all(bool(torch.isfinite(p).all()) for p in trainer.policy.model.parameters())
+    assert all(bool(torch.isfinite(p).all()) for p in trainer.backend.policy.model.parameters())
     assert sum(r["weight_change"] for r in iters) > 0
-    injected = trainer.engine.counts
+    injected = trainer.backend.engine.counts
     assert injected["empty_response"] >= kinds["empty_response"]
     return {**{k: v for k, v in kinds.items()}, **{f"tool_errors/{k}": v for k, v in tool_errors.items()},
             **{f"terminations/{k}": v for k, v in terminations.items()}}

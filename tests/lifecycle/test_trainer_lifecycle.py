@@ -71,8 +71,9 @@ def test_lora_run_checkpoint_export_and_eval(tmp_path, tiny_run_config, tiny_mod
         assert all(e["steps"] and {"action", "feedback"} <= set(e["steps"][0]) and e["reward"] in (0.0, 1.0)
                    for e in episodes)
     state = load_state(ckpt)
-    assert state["model_path"] == tiny_model_dir and state["iteration"] == 2 and "model" not in state
-    assert {"optimizer", "scheduler", "rng", "data", "history", "metrics_offset"} <= set(state)
+    assert state["model_path"] == tiny_model_dir and state["loop"]["iteration"] == 2 and "model" not in state
+    assert {"optimizer", "scheduler", "rng", "loop", "metrics_offset"} <= set(state)
+    assert {"data", "history", "python_rng"} <= set(state["loop"])
 
     # resuming restores the adapter exactly (and nothing else changes the weights before the first update)
     from safetensors.torch import load_file
@@ -87,7 +88,7 @@ def test_lora_run_checkpoint_export_and_eval(tmp_path, tiny_run_config, tiny_mod
         trainer.setup()
         assert trainer.iteration == 2 and trainer.resumed_from == ckpt
         saved = load_file(str(ckpt / "model" / "adapter_model.safetensors"))
-        params = {n.replace(".default", ""): p for n, p in trainer.policy.model.named_parameters() if "lora_" in n}
+        params = {n.replace(".default", ""): p for n, p in trainer.backend.policy.model.named_parameters() if "lora_" in n}
         assert saved.keys() == params.keys()
         assert all(torch.equal(saved[k], params[k].detach()) for k in saved)
         assert any(float(v.abs().sum()) > 0 for k, v in saved.items() if "lora_B" in k)  # trained, not the init

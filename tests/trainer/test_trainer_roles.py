@@ -38,7 +38,7 @@ def _config(tmp_path, model_dir: str, extra: str = ""):
 
 
 def _trainable(trainer) -> dict[str, torch.Tensor]:
-    return {n: p.detach().clone() for n, p in trainer.policy.model.named_parameters() if p.requires_grad}
+    return {n: p.detach().clone() for n, p in trainer.backend.policy.model.named_parameters() if p.requires_grad}
 
 
 @pytest.mark.slow
@@ -53,16 +53,16 @@ def test_kl_reference_is_the_policy_when_rl_starts(tmp_path, tiny_model_dir, lor
         trainer.run_sft()
         after = _trainable(trainer)
         assert any(not torch.equal(before[n], after[n]) for n in before)  # SFT moved the weights
-        trainer.take_reference()
-        ref = dict(trainer.policy.ref_model.named_parameters())
+        trainer.backend.start_rl(after_sft=True)
+        ref = dict(trainer.backend.policy.ref_model.named_parameters())
         assert all(torch.equal(ref[n].detach(), after[n]) for n in after)
         assert not any(p.requires_grad for p in ref.values())
         metrics = trainer.train_iteration()
         # one optimizer step per rollout: the update's forward runs at the reference's weights, so KL is 0
         assert metrics["kl"] == pytest.approx(0.0, abs=1e-6)
         assert "logprob_gap_mean" in metrics and metrics["logprob_gap_max"] < 1e-3  # shared fp32 module
-        assert trainer.recompute_old is False
-        state = trainer.state_dict()
+        assert trainer.backend.recompute_old is False
+        state = trainer.backend.state_dict()
     finally:
         trainer.close()
     assert set(state["reference"]) == set(after) and all(torch.equal(state["reference"][n], after[n]) for n in after)
@@ -72,10 +72,11 @@ def test_kl_reference_is_the_policy_when_rl_starts(tmp_path, tiny_model_dir, lor
     state["model"] = {n: v + 0.01 for n, v in state["model"].items()}
     resumed = LocalTrainer(cfg, configure_registry())
     try:
-        resumed.load_state_dict(state)
-        ref = dict(resumed.policy.ref_model.named_parameters())
+        resumed.setup()
+        resumed.backend.load_state_dict(state)
+        ref = dict(resumed.backend.policy.ref_model.named_parameters())
         assert all(torch.equal(ref[n].detach(), after[n]) for n in after)
-        assert any(not torch.equal(p.detach(), after[n]) for n, p in resumed.policy.model.named_parameters())
+        assert any(not torch.equal(p.detach(), after[n]) for n, p in resumed.backend.policy.model.named_parameters())
     finally:
         resumed.close()
 
@@ -88,11 +89,11 @@ def test_ref_model_names_another_model(tmp_path, tiny_model_dir):
     try:
         trainer.setup()
         with torch.no_grad():
-            for p in trainer.policy.model.parameters():
+            for p in trainer.backend.policy.model.parameters():
                 p.add_(0.01)
-        trainer.take_reference()  # keeps the named model
+        trainer.backend.start_rl(after_sft=False)  # keeps the named model
         disk = AutoModelForCausalLM.from_pretrained(tiny_model_dir).state_dict()
-        ref = trainer.policy.ref_model.state_dict()
+        ref = trainer.backend.policy.ref_model.state_dict()
         assert all(torch.equal(ref[k], disk[k]) for k in disk)
     finally:
         trainer.close()
@@ -104,16 +105,16 @@ def test_separate_critic_trains_beside_the_policy(tmp_path, tiny_model_dir):
     trainer = LocalTrainer(cfg, configure_registry())
     try:
         trainer.setup()
-        critic = trainer.policy.critic
-        assert critic is not None and trainer.policy.value_head is None
-        assert not {id(p) for p in critic.params} & {id(p) for p in trainer.policy.params}
+        critic = trainer.backend.policy.critic
+        assert critic is not None and trainer.backend.policy.value_head is None
+        assert not {id(p) for p in critic.params} & {id(p) for p in trainer.backend.policy.params}
         with torch.no_grad():
             critic.head.bias.fill_(0.5)  # the random tiny policy earns 0 reward: give the critic an error to fix
         before = [p.detach().clone() for p in critic.params]
         metrics = trainer.train_iteration()
         assert metrics["critic_grad_norm"] > 0 and "vf_loss" in metrics and "bootstrapped_steps" in metrics
         assert any(not torch.equal(b, p.detach()) for b, p in zip(before, critic.params))
-        assert trainer.state_dict()["critic"]["head"]["weight"].shape == (1, critic.head.in_features)
+        assert trainer.backend.state_dict()["critic"]["head"]["weight"].shape == (1, critic.head.in_features)
     finally:
         trainer.close()
 

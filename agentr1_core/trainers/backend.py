@@ -1,0 +1,68 @@
+"""What a training backend provides to the one training loop (``agentr1_core.trainers.loop``).
+
+The loop owns everything that is the same on every backend: data order and epochs, the stages, validation, the
+checkpoint cadence, resume, stops, metrics, episode files and the summary. A backend owns where the models live and
+how episodes are generated and weights updated: ``local`` (this process), ``ray`` (the local update, rollouts on Ray
+workers) and ``verl`` (verl's FSDP workers). It implements the methods of ``Backend`` and nothing else.
+
+``RunInputs`` is what the loop hands the backend when it builds: the config, the registry, the algorithm and the
+dataset rows the loop already built (a backend never reads the datasets again).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+from agentr1_core.mdp import Trajectory
+from agentr1_core.rollout.base import SamplingParams
+
+
+@dataclass
+class RunInputs:
+    config: Any
+    registry: Any
+    run_dir: Path
+    algorithm: Any
+    train_rows: list[dict[str, Any]]
+    val_rows: list[dict[str, Any]]
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """The methods the loop calls, in the order it calls them."""
+
+    def build(self, run: RunInputs) -> str:
+        """Load the models, start engines and workers; return one line for the ``[setup]`` message."""
+
+    def rollout(self, rows: Sequence[dict[str, Any]], n: int, sampling: SamplingParams, *, policy: str = "model",
+                desc: str = "rollout", prefix: str = "") -> list[Trajectory]:
+        """``n`` episodes per row, each through the configured flow (``policy="expert"`` replays the rows' experts).
+        Episode uids start with ``prefix``."""
+
+    def sft_update(self, steps: Any) -> dict[str, Any]:
+        """Cross-entropy on the response tokens of expert step rows (``batching.StepRows``); returns metrics."""
+
+    def start_rl(self, after_sft: bool) -> None:
+        """Called once before the first RL iteration (e.g. the KL reference is taken from the policy here)."""
+
+    def rl_update(self, steps: Any, trajectories: list[Trajectory], iteration: int) -> dict[str, Any]:
+        """Scores, advantages (through the run's algorithm) and the policy (+ critic) update of one rollout batch.
+        The metrics include ``onpolicy/*``: the first micro-batch's values before any optimizer step."""
+
+    def publish_weights(self) -> dict[str, Any]:
+        """Make the updated weights the ones the next rollout samples from; returns metrics (seconds taken)."""
+
+    def take_stats(self) -> dict[str, Any]:
+        """Counters since the last call (engine prefix cache, ``dist/*`` worker counters); ``{}`` when none."""
+
+    def save_checkpoint(self, run_dir: Path, iteration: int, loop_state: dict[str, Any], metrics_offset: int) -> Path:
+        """Write a complete checkpoint of iteration ``iteration`` atomically, with the loop's state in it."""
+
+    def load_latest_checkpoint(self, run_dir: Path) -> tuple[Path, dict[str, Any], int] | None:
+        """Restore the newest complete checkpoint; returns (its path, the loop state saved in it, the metrics offset)
+        or None when there is none."""
+
+    def close(self) -> None:
+        """Stop engines and workers; safe to call twice and after a failed ``build``."""

@@ -1,0 +1,305 @@
+"""The one training loop, shared by every backend (``local``, ``ray``, ``verl``).
+
+``TrainingLoop(config, registry, backend).fit()`` reads top-down:
+
+1. check the run directory, seed, build the datasets (once) and the algorithm;
+2. ``backend.build``; resume from the newest checkpoint when ``trainer.resume=auto``;
+3. validate (``before_sft`` / ``before_rl``) -> SFT on expert episodes -> validate (``after_sft``) -> RL iterations
+   (rollout -> step rows -> ``backend.rl_update`` -> ``backend.publish_weights``), validating every
+   ``validation.every`` iterations -> validate (``after_rl``);
+4. a checkpoint every ``trainer.checkpoint_every`` iterations and at the end (0: only at the end, < 0: never);
+5. ``summary.json`` and the ``[done]`` line.
+
+After every rollout, episodes that failed are reported and a rollout whose every episode hit an env error stops the
+run (``lifecycle.episode_errors``). Callbacks get ``on_iteration_end(loop, metrics)`` after each RL iteration and,
+when they define it, ``on_stage_end(loop, stage)`` after SFT; ``GracefulStop`` uses both to stop with a checkpoint.
+The loop knows nothing about models, engines or workers: that is the backend's (``trainers.backend``).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from agentr1_core.config import ConfigError, component
+from agentr1_core.lifecycle.checkpoint import check_run_dir
+from agentr1_core.lifecycle.episode_errors import check_expert_steps, report_episode_errors
+from agentr1_core.lifecycle.metrics import MetricsLogger, console_line, truncate_metrics, write_episodes
+from agentr1_core.preflight import take_rows
+from agentr1_core.rollout.base import SamplingParams
+from agentr1_core.trainers.backend import Backend, RunInputs
+from agentr1_core.trainers.batching import trajectories_to_rows
+from agentr1_core.trainers.metrics import (
+    episode_metric_means, expert_problems, peak_rss_mb, rollout_metrics, validation_metrics,
+)
+from agentr1_core.trainers.seeding import seed_everything
+from agentr1_core.validation import STAGES
+
+
+class DataOrder:
+    """The order in which training rows are used: shuffled with the run's seed, reshuffled at every epoch."""
+
+    def __init__(self, rows: list[dict[str, Any]], seed: int) -> None:
+        self.rows = rows
+        self.rng = random.Random(seed)
+        self.order = list(range(len(rows)))
+        self.rng.shuffle(self.order)
+        self.epoch = 0
+        self.cursor = 0
+
+    def take(self, count: int) -> list[dict[str, Any]]:
+        out = []
+        while len(out) < count:
+            if self.cursor >= len(self.order):
+                self.epoch += 1
+                self.cursor = 0
+                self.rng.shuffle(self.order)
+            out.append(self.rows[self.order[self.cursor]])
+            self.cursor += 1
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "cursor": self.cursor, "order": list(self.order), "rng": self.rng.getstate()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if len(state["order"]) != len(self.rows):
+            raise ValueError(f"the checkpoint's data order has {len(state['order'])} rows, data.train has "
+                             f"{len(self.rows)}")
+        self.epoch, self.cursor, self.order = int(state["epoch"]), int(state["cursor"]), list(state["order"])
+        self.rng.setstate(as_tuples(state["rng"]))
+
+
+def as_tuples(value: Any) -> Any:
+    """A ``random.Random`` state that went through JSON (lists) back to the tuples ``setstate`` wants."""
+    return tuple(as_tuples(v) for v in value) if isinstance(value, (list, tuple)) else value
+
+
+def sampling_params(cfg: Any) -> tuple[SamplingParams, SamplingParams]:
+    """(training, validation) sampling from ``rollout`` and ``validation``."""
+    ro = cfg.rollout
+    train = SamplingParams(temperature=float(ro.temperature), top_p=float(ro.top_p), top_k=int(ro.top_k),
+                           max_new_tokens=int(ro.max_new_tokens), stop=list(ro.stop))
+    val = SamplingParams(temperature=float(cfg.validation.temperature), top_p=1.0, top_k=0,
+                         max_new_tokens=int(ro.max_new_tokens), stop=list(ro.stop))
+    return train, val
+
+
+def dataset_rows(cfg: Any, registry: Any, key: str) -> list[dict[str, Any]]:
+    name, params = component(cfg, key)
+    return take_rows(name, params) or list(registry.build("dataset", name, params, where=key))
+
+
+class TrainingLoop:
+    def __init__(self, config: Any, registry: Any, backend: Backend, callbacks: list[Any] | None = None) -> None:
+        self.cfg = config
+        self.registry = registry
+        self.backend = backend
+        self.callbacks = list(callbacks or [])
+        self.run_dir = Path(str(config.run_dir))
+        self.iteration = 0
+        self.history: dict[str, Any] = {}
+        self.last_checkpoint: tuple[int, Path] | None = None
+        self.resumed_from: Path | None = None
+        self.writer: Any = None
+        self._setup_done = False
+        self.stages = [str(s) for s in config.stages]
+        unknown = [s for s in self.stages if s not in STAGES]
+        if unknown:
+            raise ConfigError(f"config error at stages: unknown stage {unknown[0]!r}; valid: {', '.join(STAGES)}")
+        if str(config.trainer.resume) not in ("never", "auto"):
+            raise ConfigError(f"config error at trainer.resume: must be 'never' or 'auto', got "
+                              f"{str(config.trainer.resume)!r}")
+
+    # -- setup ------------------------------------------------------------------------------------------------------
+    def setup(self) -> None:
+        if self._setup_done:
+            return
+        cfg = self.cfg
+        check_run_dir(self.run_dir, int(float(cfg.trainer.min_free_gb) * 1024 ** 3))
+        seed_everything(int(cfg.seed))
+        self.train_rows = dataset_rows(cfg, self.registry, "data.train")
+        if not self.train_rows:
+            raise ConfigError("config error at data.train: the dataset produced no rows")
+        self.val_rows = dataset_rows(cfg, self.registry, "data.val") if OmegaConf.select(cfg, "data.val") else []
+        if int(cfg.validation.max_rows) > 0:
+            self.val_rows = self.val_rows[: int(cfg.validation.max_rows)]
+        self.data = DataOrder(self.train_rows, int(cfg.seed))
+        self.sampling, self.val_sampling = sampling_params(cfg)
+        name, params = component(cfg, "algorithm")
+        self.algorithm = self.registry.build("algorithm", name, params, where="algorithm")
+        self.backend_line = self.backend.build(RunInputs(config=cfg, registry=self.registry, run_dir=self.run_dir,
+                                                         algorithm=self.algorithm, train_rows=self.train_rows,
+                                                         val_rows=self.val_rows))
+        self._setup_done = True
+        offset = None
+        if str(cfg.trainer.resume) == "auto":
+            found = self.backend.load_latest_checkpoint(self.run_dir)
+            if found is not None:
+                self.resumed_from, state, offset = found
+                self.load_state_dict(state)
+                self.last_checkpoint = (self.iteration, self.resumed_from)
+        self.writer = self.make_writer()
+        if offset is not None:
+            dropped = truncate_metrics(self.run_dir, int(offset))
+            print(f"[resume] {self.resumed_from} (iteration {self.iteration}); dropped {dropped} metric records "
+                  f"written after it", flush=True)
+
+    def make_writer(self) -> Any:
+        return MetricsLogger(self.run_dir, config=OmegaConf.to_container(self.cfg, resolve=True),
+                             purge_step=self.iteration + 1 if self.resumed_from is not None else None)
+
+    # -- state ------------------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"iteration": self.iteration, "history": json.loads(json.dumps(self.history, default=str)),
+                "data": self.data.state_dict(), "python_rng": random.getstate(), "seed": int(self.cfg.seed)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.iteration = int(state["iteration"])
+        self.history = dict(state.get("history") or {})
+        self.data.load_state_dict(state["data"])
+        random.setstate(as_tuples(state["python_rng"]))
+
+    def save_checkpoint(self) -> Path:
+        """A checkpoint of the current iteration, unless one was just written for it."""
+        if self.last_checkpoint is not None and self.last_checkpoint[0] == self.iteration:
+            return self.last_checkpoint[1]
+        t0 = time.perf_counter()
+        path = self.backend.save_checkpoint(self.run_dir, self.iteration, self.state_dict(), self.writer.offset())
+        self.last_checkpoint = (self.iteration, path)
+        print(f"[checkpoint] {path} in {time.perf_counter() - t0:.1f}s", flush=True)
+        return path
+
+    def checkpoint_due(self) -> bool:
+        every, total = int(self.cfg.trainer.checkpoint_every), int(self.cfg.trainer.total_steps)
+        return every >= 0 and (self.iteration >= total or (every > 0 and self.iteration % every == 0))
+
+    # -- rollouts ---------------------------------------------------------------------------------------------------
+    def rollout(self, rows: list[dict[str, Any]], n: int, sampling: SamplingParams, policy: str = "model",
+                desc: str = "rollout", prefix: str = "") -> tuple[list[Any], float]:
+        t0 = time.perf_counter()
+        trajs = self.backend.rollout(rows, n, sampling, policy=policy, desc=desc, prefix=prefix)
+        return trajs, time.perf_counter() - t0
+
+    def validate(self, label: str) -> dict[str, Any] | None:
+        if not self.val_rows:
+            return None
+        trajs, seconds = self.rollout(self.val_rows, int(self.cfg.validation.n), self.val_sampling,
+                                      desc=f"validate ({label})", prefix=f"val-{label}-")
+        result = validation_metrics(trajs)
+        result.update(label=label, seconds=seconds, iteration=self.iteration, peak_rss_mb=peak_rss_mb())
+        report_episode_errors(self, trajs, f"validation {label}", result)
+        self.history.setdefault("validation", {})[label] = result
+        self.writer.write({"event": "validation", **result})
+        write_episodes(self.run_dir / "episodes" / f"{label}.jsonl", trajs)
+        by = ", ".join(f"{k} {v['success_rate']:.3f}" for k, v in result["by_source"].items())
+        means = "".join(f" {k} {result[k]:.3f}" for k in episode_metric_means(trajs) if k != "num_steps")
+        print(f"[validation {label}] success {result['success_rate']:.3f} reward {result['reward_mean']:.3f}{means} "
+              f"on {result['cases']} cases ({by}) in {seconds:.0f}s", flush=True)
+        return result
+
+    # -- stages -----------------------------------------------------------------------------------------------------
+    def run_sft(self) -> dict[str, Any]:
+        sft = self.cfg.sft
+        rows = self.data.take(min(int(sft.rows), len(self.train_rows)))
+        trajs, seconds = self.rollout(rows, 1, self.sampling, policy="expert", desc="expert rollouts", prefix="sft-")
+        expert = rollout_metrics(trajs, seconds)
+        record: dict[str, Any] = {"event": "sft", "expert_episodes": len(trajs),
+                                  "expert_success_rate": expert["success_rate"],
+                                  "expert_reward_mean": expert["reward_mean"],
+                                  "expert_terminations": expert["terminations"],
+                                  "expert_tool_errors": expert["tool_errors"]}
+        report_episode_errors(self, trajs, "sft expert rollouts", record)
+        steps = trajectories_to_rows(trajs)
+        check_expert_steps(trajs, len(steps.rows))
+        record.update(sft_steps=len(steps.rows), **self.backend.sft_update(steps))
+        record.update(self.backend.publish_weights(), peak_rss_mb=peak_rss_mb())
+        self.writer.write(record)
+        tok_s = f", {record['update_tok_s']:.0f} tok/s" if "update_tok_s" in record else ""
+        print(f"[sft] {len(trajs)} expert episodes (success {expert['success_rate']:.2f}{expert_problems(expert)}), "
+              f"{len(steps.rows)} steps, {record.get('optimizer_steps', '?')} updates, "
+              f"nll {record.get('sft_nll', float('nan')):.3f}{tok_s}", flush=True)
+        self.history["sft"] = record
+        return record
+
+    def train_iteration(self) -> dict[str, Any]:
+        cfg = self.cfg
+        started = time.perf_counter()
+        self.iteration += 1
+        rows = self.data.take(int(cfg.rollout.batch_size))
+        self.backend.take_stats()  # start the counters' window at this rollout
+        trajs, seconds = self.rollout(rows, int(cfg.rollout.n), self.sampling, desc=f"rollout {self.iteration}",
+                                      prefix=f"it{self.iteration}-")
+        metrics: dict[str, Any] = {"iteration": self.iteration, "data_epoch": self.data.epoch,
+                                   **rollout_metrics(trajs, seconds)}
+        report_episode_errors(self, trajs, f"iteration {self.iteration}", metrics)
+        steps = trajectories_to_rows(trajs)
+        metrics.update(train_steps=len(steps.rows), nonfinite_logprob_steps=steps.nonfinite_logprob_steps)
+        if steps.rows:
+            metrics.update(self.backend.rl_update(steps, trajs, self.iteration))
+            metrics.update(self.backend.publish_weights())
+        metrics.update(self.backend.take_stats())
+        total = int(cfg.trainer.total_steps)
+        every = int(cfg.validation.every)
+        if every > 0 and self.iteration % every == 0 and self.iteration < total:
+            metrics["validation"] = self.validate(f"iter{self.iteration}")
+        metrics["iteration_seconds"] = time.perf_counter() - started
+        metrics["peak_rss_mb"] = peak_rss_mb()
+        self.writer.write(metrics)
+        print(console_line(metrics, total), flush=True)
+        if self.checkpoint_due():
+            self.save_checkpoint()
+        for callback in self.callbacks:
+            callback.on_iteration_end(self, metrics)
+        return metrics
+
+    def _stage_end(self, stage: str) -> None:
+        for callback in self.callbacks:
+            hook = getattr(callback, "on_stage_end", None)
+            if callable(hook):
+                hook(self, stage)
+
+    # -- run --------------------------------------------------------------------------------------------------------
+    def fit(self) -> dict[str, Any]:
+        try:
+            return self._fit()
+        finally:
+            self.close()
+
+    def _fit(self) -> dict[str, Any]:
+        start = time.perf_counter()
+        self.setup()
+        stages = self.stages
+        print(f"[setup] {self.backend_line}; {len(self.train_rows)} train rows, {len(self.val_rows)} validation rows; "
+              f"stages {stages}", flush=True)
+        if self.iteration == 0 and self.resumed_from is None and self.cfg.validation.before:
+            self.validate("before_sft" if "sft" in stages else "before_rl")
+        if "sft" in stages and "sft" not in self.history:
+            self.run_sft()
+            self.validate("after_sft")
+            self._stage_end("sft")
+        if "rl" in stages:
+            self.backend.start_rl(after_sft="sft" in self.history)
+            while self.iteration < int(self.cfg.trainer.total_steps):
+                self.train_iteration()
+            self.validate("after_rl")
+        if int(self.cfg.trainer.checkpoint_every) >= 0:
+            self.save_checkpoint()  # the final state (a no-op when the last iteration just wrote it)
+        self.history.update(wall_seconds=time.perf_counter() - start, peak_rss_mb=peak_rss_mb(),
+                            iterations=self.iteration, seed=int(self.cfg.seed))
+        summary = dict(self.history)
+        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str), encoding="utf-8")
+        val = summary.get("validation", {})
+        line = ", ".join(f"{k} {v['success_rate']:.3f}" for k, v in val.items())
+        print(f"[done] {self.iteration} iterations in {summary['wall_seconds']:.0f}s, peak RSS "
+              f"{summary['peak_rss_mb']:.0f} MiB; held-out success: {line}", flush=True)
+        return summary
+
+    def close(self) -> None:
+        if self.writer is not None and hasattr(self.writer, "close"):
+            self.writer.close()
+        self.backend.close()
