@@ -16,6 +16,7 @@ A name that is not registered is explained from what installed distributions dec
 
 from __future__ import annotations
 
+import importlib
 import os
 import traceback
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from agentr1_core.specs import SPEC_TYPES, ComponentSpec, Registered
 
 ENTRY_POINT_GROUP = "agentr1"
 BUILTIN_PLUGIN = "agentr1_core.builtin.plugin"
+PLUGIN_MODULES_VAR = "AGENTR1_PLUGIN_MODULES"  # extra plugin modules by import path (see ``_load_env_modules``)
 CORE_DISTRIBUTION = "agentr1-core"
 
 
@@ -89,7 +91,21 @@ class Registry:
             from agentr1_core.builtin import plugin as builtin
 
             self.register_module(builtin, name="builtin", distribution=CORE_DISTRIBUTION, version="")
+        self._load_env_modules()
         return self
+
+    def _load_env_modules(self) -> None:
+        """Plugin modules named in ``AGENTR1_PLUGIN_MODULES`` (comma-separated import paths): plugins that are not
+        packaged, e.g. in tests. Like ``PYTEST_PLUGINS``, the variable reaches every process of the run (Ray
+        workers, the trainer actor), where registrations made in the driver do not."""
+        for path in filter(None, (x.strip() for x in os.environ.get(PLUGIN_MODULES_VAR, "").split(","))):
+            try:
+                module = importlib.import_module(path)
+            except Exception:
+                self.plugins[path] = PluginInfo(path, PLUGIN_MODULES_VAR, "", path, status="error",
+                                                error=traceback.format_exc())
+                continue
+            self.register_module(module, name=path, distribution=PLUGIN_MODULES_VAR, version="")
 
     def _is_blocked(self, ep_name: str, dist: str) -> bool:
         names = {ep_name, dist}
