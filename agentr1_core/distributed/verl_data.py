@@ -149,7 +149,9 @@ def verl_config(cfg: Any, algorithm: Any, n_gpus: int = 1, nnodes: int = 1, mode
     steps_per_rollout = int(ro.batch_size) * int(ro.n)  # at least one step per episode
     engine: dict[str, Any] = {"param_offload": False, "optimizer_offload": False}
     if device == "cpu":
-        engine.update(strategy="fsdp2", use_torch_compile=False, model_dtype="fp32", dtype="float32")
+        # fp32 all through: without ``mixed_precision`` verl's FSDP engine runs the forward under bf16 autocast
+        engine.update(strategy="fsdp2", use_torch_compile=False, model_dtype="fp32", dtype="float32",
+                      mixed_precision={"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"})
     actor = {
         "strategy": "fsdp2" if device == "cpu" else "fsdp",
         "ppo_mini_batch_size": max(1, steps_per_rollout // max(1, int(tr.mini_batches))),
