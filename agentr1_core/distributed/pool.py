@@ -167,6 +167,7 @@ class RolloutPool:
             out.setdefault(f"dist/{key}", 0.0)
             out[f"dist/{key}_total"] = self.totals.get(key, 0.0)
         out["dist/rollout_workers"] = float(len(self.workers))
+        out["dist/rollout_nodes"] = float(len({info.get("node_id") for info in self.worker_info}))
         self.stats = {}
         return out
 
@@ -197,6 +198,7 @@ class RolloutPool:
         for i, chunk in enumerate(chunks):
             submit(live[i], chunk, 0)
         results: list[Trajectory] = []
+        versions: list[int] = []
         busiest = busiest_gen = 0.0
         failed_workers: set[int] = set()
         timeout = float(self.settings.rollout_timeout_s)
@@ -234,6 +236,7 @@ class RolloutPool:
                 busiest = max(busiest, float(out["busy_seconds"]))
                 busiest_gen = max(busiest_gen, float(out["episodes_seconds"]))
                 self._add("weights_apply_seconds", out["weights_seconds"])
+                versions.append(int(out["weights_version"]))
                 self._add("worker_generate_seconds", out["episodes_seconds"])
                 if bar is not None:
                     bar.update(len(chunk))
@@ -241,6 +244,9 @@ class RolloutPool:
             if bar is not None:
                 bar.close()
         wall = time.perf_counter() - t0
+        if versions:  # the weight versions the workers sampled this rollout with (equal: every publish arrived)
+            self.stats["weights_versions_min"] = float(min(versions))
+            self.stats["weights_versions_max"] = float(max(versions))
         self._add("rollout_wall_seconds", wall)
         self._add("rollout_busiest_worker_seconds", busiest)
         self._add("rollout_busiest_generate_seconds", busiest_gen)

@@ -185,6 +185,8 @@ class RayTrainer:
 
         container = OmegaConf.to_container(self.cfg, resolve=True)
         owns_ray = init_ray(self.settings)
+        for callback in self.callbacks:  # Ray's driver replaced the SIGTERM handler of GracefulStop
+            getattr(callback, "reinstall", lambda: None)()
         self.settings = self.settings.resolved(memory_plan(cluster_gpus(), "ray", self.settings.placement))
         actor = None
         try:

@@ -41,7 +41,7 @@ LOCAL_NAMES = {"loss": "loss", "grad_norm": "grad_norm", "actor/pg_loss": "pg_lo
                "critic/vf_loss": "value_loss", "critic/vf_clipfrac": "value_clip_fraction", "sft_nll": "sft_nll"}
 # the first micro-batch's value of verl's per-micro-batch metric lists -> the loop's on-policy keys
 ON_POLICY_NAMES = {"actor/ppo_kl": "onpolicy/approx_kl", "actor/pg_clipfrac": "onpolicy/clip_fraction",
-                   "actor/kl_loss": "onpolicy/ref_kl"}
+                   "kl_loss": "onpolicy/ref_kl"}
 WEIGHT_CHANGE_MAX_MB = 2048  # the driver keeps the previous weights to report ``weight_change`` up to this size
 
 
@@ -83,6 +83,14 @@ def write_model_folder(weights: dict[str, Any], like: str, folder: Path) -> None
     save_file({k: np.ascontiguousarray(v) for k, v in weights.items()}, str(tmp / "model.safetensors"))
     shutil.rmtree(folder, ignore_errors=True)
     os.replace(tmp, folder)
+
+
+def logprob_gap(engine: Any, trainer: Any, mask: Any) -> dict[str, float]:
+    """How far the engine's sampling log-probs are from the trainer's for the same tokens (mean and max |diff|)."""
+    diff = (engine.float() - trainer.float()).abs()[mask > 0]
+    if diff.numel() == 0:
+        return {}
+    return {"logprob_gap_mean": float(diff.mean()), "logprob_gap_max": float(diff.max())}
 
 
 def pick_device(n_gpus: int) -> str:
@@ -228,8 +236,8 @@ class VerlBackend:
         """``verl/<name>`` for every worker metric (``verl/critic/<name>`` for the critic's), plus the local
         backend's names for the ones it has; lists (one value per micro-batch) are averaged, and the first value of
         the on-policy ones is kept as ``onpolicy/*``."""
-        firsts = {ON_POLICY_NAMES[k]: abs(float(v[0])) for k, v in got.items()
-                  if k in ON_POLICY_NAMES and isinstance(v, list) and v}
+        firsts = {ON_POLICY_NAMES[k]: abs(float(v[0] if isinstance(v, list) else v)) for k, v in got.items()
+                  if k in ON_POLICY_NAMES and v != []}
         got = {k: (sum(v) / len(v) if isinstance(v, list) else v) for k, v in got.items()
                if not isinstance(v, list) or v}
         if critic:
@@ -296,7 +304,9 @@ class VerlBackend:
         scoring = proto()
         recompute = int(tr.update_epochs) > 1 or int(tr.mini_batches) > 1
         if recompute:  # several optimizer steps per rollout: the current weights' log-probs are "old"
-            batch.old_logprobs = self.groups.log_probs(scoring)[:, :width] * batch.action_mask
+            actor = self.groups.log_probs(scoring)[:, :width] * batch.action_mask
+            out.update(logprob_gap(batch.old_logprobs, actor, batch.action_mask))
+            batch.old_logprobs = actor
         if self.groups.ref is not None:
             batch.ref_logprobs = self.groups.ref_log_probs(scoring)[:, :width] * batch.action_mask
         if self.groups.critic is not None:

@@ -111,8 +111,10 @@ class RolloutWorker:
 
     # -- calls -------------------------------------------------------------------------------------------------
     def info(self) -> dict[str, Any]:
+        import ray
+
         return {"index": self.index, "pid": os.getpid(), "weights_version": self.weights_version,
-                "load_seconds": self.load_seconds, "calls": self.calls,
+                "node_id": ray.get_runtime_context().get_node_id(), "load_seconds": self.load_seconds, "calls": self.calls,
                 "sleep_enabled": bool(getattr(self.engine, "sleep_enabled", False))}
 
     def sleep(self, level: int | None = None) -> bool:

@@ -40,6 +40,16 @@ class GracefulStop:
                 self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
+    def reinstall(self) -> None:
+        """Take SIGTERM / SIGINT back after a library installed its own handlers (Ray's driver does in
+        ``ray.init``: its handler would end the process at once)."""
+        if self._previous and threading.current_thread() is threading.main_thread():
+            for sig in SIGNALS:
+                signal.signal(sig, self._handle)
+
+    def on_backend_ready(self, trainer: Any) -> None:
+        self.reinstall()
+
     def __exit__(self, *exc: Any) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)

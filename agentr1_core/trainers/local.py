@@ -101,7 +101,7 @@ class LocalBackend:
         self.flow_name, self.flow_params = component(cfg, "agent_flow")
         self.reward_fn = build_reward_fn(cfg, self.registry)
         self._build_model()
-        return (f"model {cfg.model.path} on {self.device} ({self.trainable_params / 1e6:.1f}M trainable params, "
+        return (f"model {cfg.model.path} on {self.device} ({self.trainable_params / 1e6:.2f}M trainable params, "
                 f"loaded in {self.model_load_seconds:.1f}s)")
 
     def _build_model(self) -> None:

@@ -12,7 +12,8 @@
 
 After every rollout, episodes that failed are reported and a rollout whose every episode hit an env error stops the
 run (``lifecycle.episode_errors``). Callbacks get ``on_iteration_end(loop, metrics)`` after each RL iteration and,
-when they define it, ``on_stage_end(loop, stage)`` after SFT; ``GracefulStop`` uses both to stop with a checkpoint.
+when they define them, ``on_backend_ready(loop)`` after the backend is built and ``on_stage_end(loop, stage)`` after
+SFT; ``GracefulStop`` uses them to stop with a checkpoint.
 The loop knows nothing about models, engines or workers: that is the backend's (``trainers.backend``).
 """
 
@@ -29,7 +30,9 @@ from omegaconf import OmegaConf
 from agentr1_core.config import ConfigError, component
 from agentr1_core.lifecycle.checkpoint import check_run_dir
 from agentr1_core.lifecycle.episode_errors import check_expert_steps, report_episode_errors
-from agentr1_core.lifecycle.metrics import MetricsLogger, console_line, truncate_metrics, write_episodes
+from agentr1_core.lifecycle.metrics import (
+    MetricsLogger, console_line, truncate_metrics, write_episodes, write_train_episodes,
+)
 from agentr1_core.preflight import take_rows
 from agentr1_core.rollout.base import SamplingParams
 from agentr1_core.trainers.backend import Backend, RunInputs
@@ -135,6 +138,7 @@ class TrainingLoop:
         self.backend_line = self.backend.build(RunInputs(config=cfg, registry=self.registry, run_dir=self.run_dir,
                                                          algorithm=self.algorithm, train_rows=self.train_rows,
                                                          val_rows=self.val_rows))
+        self._call_back("on_backend_ready")  # e.g. signal handlers back from a library that replaced them
         self._setup_done = True
         offset = None
         if str(cfg.trainer.resume) == "auto":
@@ -237,6 +241,7 @@ class TrainingLoop:
         metrics: dict[str, Any] = {"iteration": self.iteration, "data_epoch": self.data.epoch,
                                    **rollout_metrics(trajs, seconds)}
         report_episode_errors(self, trajs, f"iteration {self.iteration}", metrics)
+        write_train_episodes(self.run_dir, self.iteration, trajs, int(cfg.trainer.keep_train_episodes))
         steps = trajectories_to_rows(trajs)
         metrics.update(train_steps=len(steps.rows), nonfinite_logprob_steps=steps.nonfinite_logprob_steps)
         if steps.rows:
@@ -257,11 +262,12 @@ class TrainingLoop:
             callback.on_iteration_end(self, metrics)
         return metrics
 
-    def _stage_end(self, stage: str) -> None:
+    def _call_back(self, name: str, *args: Any) -> None:
+        """Call ``name(loop, *args)`` on every callback that defines it (``on_iteration_end`` is required)."""
         for callback in self.callbacks:
-            hook = getattr(callback, "on_stage_end", None)
+            hook = getattr(callback, name, None)
             if callable(hook):
-                hook(self, stage)
+                hook(self, *args)
 
     # -- run --------------------------------------------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
@@ -281,7 +287,7 @@ class TrainingLoop:
         if "sft" in stages and "sft" not in self.history:
             self.run_sft()
             self.validate("after_sft")
-            self._stage_end("sft")
+            self._call_back("on_stage_end", "sft")
         if "rl" in stages:
             self.backend.start_rl(after_sft="sft" in self.history)
             while self.iteration < int(self.cfg.trainer.total_steps):

@@ -14,11 +14,6 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-SMALL = ["rollout.batch_size=2", "rollout.n=2", "rollout.max_new_tokens=24", "validation.max_rows=2",
-         "data.train.train_size=8", "data.val.val_size=2", "sft.rows=2", "sft.batch_size=2",
-         "trainer.micro_batch_size=4", "trainer.total_steps=2"]
-
-
 def _iterations(run_dir: Path) -> list[dict]:
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     return [r for r in map(json.loads, lines) if "iteration" in r and "event" not in r]
@@ -70,25 +65,6 @@ def test_published_weights_reach_the_worker_engine(ray_cluster, tiny_model_dir):
         assert ray_cluster.get(worker.info.remote())["weights_version"] == 1
     finally:
         pool.close()
-
-
-def test_ray_backend_produces_the_local_metrics_keys(ray_cluster, tmp_path, tiny_model_dir):
-    """2 iterations of the default task (SFT warm start + GRPO), local vs a trainer actor + 2 Ray workers. Every row
-    runs in both (``skip_inert_rows=false``): the forward's metrics are absent from an iteration whose rows all lack a
-    gradient, and which iterations those are depends on each run's samples."""
-    common = SMALL + [f"model.path={tiny_model_dir}", "trainer.skip_inert_rows=false"]
-    _run(common + [f"run_dir={tmp_path / 'local'}"])
-    summary = _run(common + [f"run_dir={tmp_path / 'ray'}", "trainer.name=ray", "trainer.params.rollout_workers=2",
-                             "trainer.params.worker_cpus=0.5"])
-    local, remote = _iterations(tmp_path / "local"), _iterations(tmp_path / "ray")
-    assert [r["iteration"] for r in remote] == [1, 2]
-    assert set(local[0]) <= set(remote[0])
-    extra = set(remote[0]) - set(local[0])
-    assert extra and all(k.startswith("dist/") for k in extra), extra
-    for rec in remote:
-        assert rec["episodes"] == 4 and rec["dist/rollout_workers"] == 2.0 and rec["dist/worker_failures"] == 0
-    assert remote[0]["dist/weights_mb"] > 0  # the SFT update was published before iteration 1
-    assert set(summary["validation"]) == {"before_sft", "after_sft", "after_rl"}
 
 
 def test_a_rollout_worker_killed_mid_iteration_does_not_fail_the_run(ray_cluster, tmp_path, tiny_model_dir):

@@ -1,0 +1,190 @@
+"""The same scenarios on every backend: ``local`` and ``ray`` in the main environment, ``verl`` in ``.venv-verl``.
+
+Each backend runs the real CLI in a subprocess on the tiny task (a tiny random Llama with SmolLM2's tokenizer):
+
+* **stages, stop, resume**: SFT then 3 RL iterations with periodic validation; SIGTERM after the first iteration
+  stops the run with a checkpoint (exit 143), ``--resume`` finishes it. Every stage and validation label is there,
+  every iteration is logged exactly once, every iteration record has the keys every backend must write, the data
+  order is reshuffled at each epoch, and the first mini-batch of the first RL iteration is on-policy (its ratio, KL
+  to the old policy and KL to the reference are 0 up to float noise, no token clipped).
+* **nothing works**: every episode ends in an env error, so the run stops at the first rollout with exit 2 and the
+  first error, instead of "training" on nothing.
+
+The training loop is shared (``trainers.loop``), so these fail when a backend drops a stage, a metric key or a stop
+rule, or breaks the on-policy invariants.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+MAIN_PYTHON = ROOT / ".venv" / "bin" / "python"
+VERL_PYTHON = ROOT / ".venv-verl" / "bin" / "python"
+pytestmark = pytest.mark.slow
+
+BACKENDS = {
+    "local": [],
+    "ray": ["trainer.name=ray", "trainer.params.rollout_workers=2", "trainer.params.worker_cpus=0.5",
+            "trainer.params.object_store_mb=200"],
+    "verl": ["trainer.name=verl", "trainer.params.rollout_workers=1", "trainer.params.num_cpus=6",
+             "trainer.params.object_store_mb=300"],
+}
+TRAIN_ROWS = 4  # SFT uses all of them: every RL iteration after it starts or continues a new epoch
+SCENARIO = ["stages=[sft,rl]", "trainer.total_steps=3", "validation.every=2", "validation.max_rows=1",
+            f"data.train.train_size={TRAIN_ROWS}", f"data.val.train_size={TRAIN_ROWS}", f"sft.rows={TRAIN_ROWS}",
+            "rollout.batch_size=2", "rollout.n=2", "rollout.max_new_tokens=16", "trainer.checkpoint_every=1",
+            "trainer.skip_inert_rows=false", "algorithm.kl_coef=0.001", "seed=3", "trainer.train_layers=1",
+            "trainer.keep_checkpoints=2"]
+# keys every backend writes in every RL iteration record (the rollout's, the update's, the on-policy checks)
+ITERATION_KEYS = {
+    "iteration", "data_epoch", "episodes", "reward_mean", "reward_std", "return_mean", "success_rate",
+    "steps_per_episode", "terminations", "tool_errors", "tokens_generated", "prompt_tokens", "rollout_seconds",
+    "rollout_tok_s", "train_steps", "nonfinite_logprob_steps", "adv/adv_mean", "loss", "pg_loss", "grad_norm",
+    "clip_fraction", "approx_kl", "entropy", "kl", "update_tok_s", "publish_seconds", "iteration_seconds",
+    "peak_rss_mb", "weight_change", "onpolicy/approx_kl", "onpolicy/clip_fraction", "onpolicy/ref_kl",
+}
+SFT_KEYS = {"event", "expert_episodes", "expert_success_rate", "expert_reward_mean", "expert_terminations",
+            "expert_tool_errors", "sft_steps", "sft_nll", "publish_seconds", "peak_rss_mb"}
+VALIDATION_KEYS = {"event", "label", "iteration", "reward_mean", "success_rate", "cases", "by_source",
+                   "terminations", "tool_errors", "seconds", "peak_rss_mb"}
+
+
+def python_for(backend: str) -> Path:
+    python = VERL_PYTHON if backend == "verl" else MAIN_PYTHON
+    if not python.is_file():
+        message = f"{python} is missing (bash scripts/setup_verl.sh creates it)"
+        if os.environ.get("AGENTR1_CI") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    return python
+
+
+def command(backend: str, model: str, run_dir: Path, *overrides: str) -> list[str]:
+    return [str(python_for(backend)), "-m", "agentr1_core.cli", "run", "tiny", f"model.path={model}",
+            f"run_dir={run_dir}", *BACKENDS[backend], *overrides]
+
+
+def environment(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VERL_")}
+    env.update(PYTHONUNBUFFERED="1", **extra)
+    return env
+
+
+def records(run_dir: Path) -> list[dict]:
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def iterations(run_dir: Path) -> list[dict]:
+    return [r for r in records(run_dir) if "iteration" in r and r.get("event") is None]
+
+
+def run_until_first_iteration_then_sigterm(cmd: list[str], run_dir: Path, timeout: float = 900) -> tuple[int, str]:
+    """Start the run, send SIGTERM once iteration 1 is logged; returns (exit code, output)."""
+    log = run_dir.parent / f"{run_dir.name}.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=environment(), stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.time() + timeout
+        try:
+            while proc.poll() is None and time.time() < deadline and not iterations(run_dir):
+                time.sleep(0.5)
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=max(60.0, deadline - time.time()))
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    return proc.returncode, log.read_text()
+
+
+def tiny_param_count(folder: str) -> int:
+    from safetensors.torch import load_file
+
+    return sum(t.numel() for f in Path(folder).glob("*.safetensors") for t in load_file(str(f)).values())
+
+
+def loop_state(run_dir: Path) -> dict:
+    """The training loop's state saved in the run's newest checkpoint (either backend's format)."""
+    ckpts = sorted((run_dir / "checkpoints").iterdir(), key=lambda p: int(p.name.rsplit("_", 1)[-1]))
+    newest = ckpts[-1]
+    if (newest / "agentr1_state.json").is_file():
+        return json.loads((newest / "agentr1_state.json").read_text())["loop"]
+    import torch
+
+    return torch.load(newest / "trainer_state.pt", map_location="cpu", weights_only=False)["loop"]
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_stages_stop_and_resume_agree_on_every_backend(backend, tiny_model_dir, tmp_path):
+    run_dir = tmp_path / backend
+    cmd = command(backend, tiny_model_dir, run_dir, *SCENARIO)
+    code, out = run_until_first_iteration_then_sigterm(cmd, run_dir)
+    assert code == 128 + signal.SIGTERM, out[-6000:]
+    assert "stopped by SIGTERM after iteration" in out and "continue with --resume" in out, out[-3000:]
+    stopped_at = iterations(run_dir)[-1]["iteration"]
+    assert any(p.name.endswith(f"{stopped_at:06d}") for p in (run_dir / "checkpoints").iterdir())
+
+    proc = subprocess.run(cmd + ["--resume"], cwd=ROOT, env=environment(), capture_output=True, text=True,
+                          timeout=900)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    assert "[resume]" in out
+    trainable = float(re.search(r"([0-9.]+)M trainable params", out).group(1)) * 1e6
+    assert 0 < trainable < 0.5 * tiny_param_count(tiny_model_dir)  # only the top block (and final norm) train
+
+    iters = iterations(run_dir)
+    assert [r["iteration"] for r in iters] == [1, 2, 3]  # each exactly once across the stop and the resume
+    for rec in iters:
+        missing = ITERATION_KEYS - set(rec)
+        assert not missing, f"iteration {rec['iteration']} lacks {sorted(missing)}"
+    sft = [r for r in records(run_dir) if r.get("event") == "sft"]
+    assert len(sft) == 1 and not SFT_KEYS - set(sft[0]), sorted(SFT_KEYS - set(sft[0]))
+    validations = [r for r in records(run_dir) if r.get("event") == "validation"]
+    assert [v["label"] for v in validations] == ["before_sft", "after_sft", "iter2", "after_rl"]
+    assert all(not VALIDATION_KEYS - set(v) for v in validations)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert list(summary["validation"]) == ["before_sft", "after_sft", "iter2", "after_rl"]
+    assert summary["iterations"] == 3 and "sft" in summary
+
+    assert all(r["weight_change"] > 0 for r in iters)  # every update moved the weights the rollouts use
+    checkpoints = sorted(p.name.rsplit("_", 1)[-1] for p in (run_dir / "checkpoints").iterdir())
+    assert checkpoints == ["000002", "000003"]  # one per iteration, the newest two kept
+
+    first = iters[0]  # SFT's weights, just published: the rollout and the update see the same policy
+    assert first["onpolicy/approx_kl"] < 1e-5 and first["onpolicy/clip_fraction"] == 0.0, first
+    assert first["onpolicy/ref_kl"] < 1e-5, first  # the reference is the policy as RL starts
+
+    # every RL iteration starts an epoch or continues one; each new epoch has a new order
+    assert [r["data_epoch"] for r in iters] == [1, 1, 2]
+    state = loop_state(run_dir)
+    initial = list(range(TRAIN_ROWS))
+    random.Random(3).shuffle(initial)
+    assert state["data"]["epoch"] == 2 and sorted(state["data"]["order"]) == list(range(TRAIN_ROWS))
+    assert state["data"]["order"] != initial
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_a_run_whose_every_episode_fails_stops_on_every_backend(backend, tiny_model_dir, tmp_path):
+    run_dir = tmp_path / backend
+    cmd = command(backend, tiny_model_dir, run_dir, "stages=[rl]", "data.val=null", "trainer.total_steps=2",
+                  "env.name=faulty_env", "env.tools=[echo]", "rollout.max_turns=2",
+                  "data.train={name: fault_rows, repeats: 4, kinds: [env_step_raises]}")
+    proc = subprocess.run(cmd, cwd=ROOT, env=environment(AGENTR1_PLUGIN_MODULES="agentr1_core.testing.faults"),
+                          capture_output=True, text=True, timeout=900)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2, out[-6000:]
+    assert "every episode of iteration 1 ended in an env error" in out and "injected env failure" in out, out[-3000:]
+    assert not iterations(run_dir)  # nothing was trained on
+    assert [r["stage"] for r in records(run_dir) if r.get("event") == "stopped"] == ["iteration 1"]
