@@ -99,6 +99,7 @@ class TrainerConfig:
     keep_checkpoints: int = 2
     resume: str = "never"  # never | auto (continue from the latest checkpoint in run_dir)
     min_free_gb: float = 1.0  # free disk space the run directory needs before training starts
+    keep_train_episodes: int = 4  # RL episodes kept per iteration in run_dir/episodes/train/iter_<N>.jsonl (0: none)
     params: dict[str, Any] = field(default_factory=dict)  # backend-specific extras
 
 

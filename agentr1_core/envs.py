@@ -80,6 +80,9 @@ class ToolEnv(AgentEnv):
 
     Context: ``append`` keeps the whole conversation; ``window`` keeps the system prompt, the task and the last
     ``window`` turns, so the prompt stays flat as episodes grow.
+
+    A step's ``info`` has ``tool_calls`` (how many), ``tool_errors`` (counts by kind) and ``calls`` (each parsed call's
+    name, arguments, output text and error kind), or ``answer`` when the model answered without a call.
     """
 
     def __init__(self, tools: list[Any] | None = None, tool_format: str = "hermes", system_prompt: str = "",
@@ -145,6 +148,9 @@ class ToolEnv(AgentEnv):
         self.turns.append(messages)
         feedback = "\n".join(r.text for r in results)
         truncated = self.turn >= self.max_turns
+        calls = [{"name": c.name, "arguments": c.arguments, "output": r.text,
+                  **({"error": r.error} if r.error else {}), **({"raw": c.raw} if c.error else {})}
+                 for c, r in zip(parsed.calls, results)]
         return StepResult(
             observation=self.observation(), reward=float(sum(r.reward for r in results)), truncated=truncated,
-            feedback=feedback, info={"tool_calls": len(results), "tool_errors": dict(errors)})
+            feedback=feedback, info={"tool_calls": len(results), "tool_errors": dict(errors), "calls": calls})

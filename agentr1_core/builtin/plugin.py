@@ -91,6 +91,8 @@ def agentr1_cli_commands():
                     help="write the latest checkpoint as a plain HF model folder (LoRA merged)"),
         CommandSpec("eval", "agentr1_core.lifecycle.evaluate:register", "Validation only, per data source",
                     help="evaluate a checkpoint on the validation data per data source, to JSON"),
+        CommandSpec("view", "agentr1_core.lifecycle.view_page:register", "A run or eval report as one HTML page",
+                    help="write a self-contained HTML page of a run: config, curves, stages, tasks, episodes"),
         CommandSpec("gsm8k", "agentr1_core.builtin.gsm8k:register", "GSM8K data for the gsm8k recipe",
                     help="prepare: read GSM8K's train/test JSONL and write the recipe's rows"),
     ]

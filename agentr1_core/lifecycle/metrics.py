@@ -8,9 +8,12 @@ are written as null. TensorBoard gets every numeric value, nested dicts flattene
 at the record's iteration. On resume, ``truncate_to(offset)`` drops the records written after the checkpoint, and
 TensorBoard purges its events from the first repeated iteration on, so no iteration is ever logged twice.
 
-``write_episodes`` keeps what the agent did in a validation (``episodes/<label>.jsonl``: per episode its task,
-actions, env feedback, reward, success, termination and, for a failed episode, the full traceback), to read next to
-the numbers.
+``write_episodes`` keeps what the agent did in a validation (``episodes/<label>.jsonl``: per episode its task and
+stable task id, and per step the prompt messages as the env gave them, the response text, the parsed tool calls with
+their outputs, env feedback, reward, done/truncated and token counts; per episode the reward, success, termination
+and, for a failed episode, the full traceback), to read next to the numbers or with ``agentr1-core view``.
+``write_train_episodes`` keeps a few training episodes per RL iteration (``episodes/train/iter_<N>.jsonl``).
+The prompt is kept as messages (or text), not as the chat template's rendering: no tokenizer is needed here.
 
 This module computes no metrics (see ``agentr1_core.trainers.metrics``).
 """
@@ -130,16 +133,46 @@ def _task_text(observation: Any) -> str:
     return observation.text or ""
 
 
+def _prompt(obs: Any) -> dict[str, Any]:
+    """What a step's prompt was rendered from: the env's chat messages, its plain text, or (for an env that gave
+    token ids) nothing but the count in ``prompt_tokens``."""
+    if obs is None:
+        return {}
+    if obs.messages is not None:
+        return {"prompt": [dict(m) for m in obs.messages]}
+    if obs.text is not None:
+        return {"prompt_text": obs.text}
+    return {}
+
+
+def _step_record(s: Any, tools: Any) -> dict[str, Any]:
+    info = s.info or {}
+    record: dict[str, Any] = {"action": s.action_text, "feedback": s.feedback, "reward": s.reward,
+                              **({"tool_errors": info["tool_errors"]} if info.get("tool_errors") else {}),
+                              "done": bool(s.done), "truncated": bool(s.truncated),
+                              "prompt_tokens": len(s.prompt_ids), "response_tokens": len(s.response_ids),
+                              **_prompt(s.observation)}
+    if s.observation is not None and s.observation.tools and s.observation.tools != tools:
+        record["tools"] = s.observation.tools  # the schemas the chat template showed, where they change
+    for key in ("finish_reason", "calls", "answer"):
+        if info.get(key) is not None:
+            record[key] = info[key]
+    return record
+
+
 def episode_record(t: Any) -> dict[str, Any]:
-    """What ``episodes/<label>.jsonl`` keeps of one episode: its task, reward (the episode's reward, by the rule of
-    ``AgentFlowBase.finish``), success, termination, metrics, steps (action, feedback, reward, tool errors), and the
-    full traceback of an env, engine or reward error."""
+    """What ``episodes/<label>.jsonl`` keeps of one episode: its task and ``task_id`` (the same dataset row has the
+    same id in every validation), reward (the episode's reward, by the rule of ``AgentFlowBase.finish``), success,
+    termination, metrics, steps (prompt messages, action, parsed tool calls, feedback, reward, done/truncated, token
+    counts, tool errors), and the full traceback of an env, engine or reward error."""
     first = t.steps[0].observation if t.steps else None
-    record = {"uid": t.uid, "data_source": t.data_source, "task": _task_text(first), "reward": t.final_reward,
-              "success": bool(t.success()), "termination": t.termination, "metrics": t.metrics,
-              "steps": [{"action": s.action_text, "feedback": s.feedback, "reward": s.reward,
-                         **({"tool_errors": s.info["tool_errors"]} if s.info.get("tool_errors") else {})}
-                        for s in t.steps]}
+    steps, tools = [], None
+    for s in t.steps:
+        steps.append(_step_record(s, tools))
+        tools = s.observation.tools if s.observation is not None else tools
+    record = {"uid": t.uid, "task_id": t.info.get("task_id"), "data_source": t.data_source,
+              "task": _task_text(first), "reward": t.final_reward, "success": bool(t.success()),
+              "termination": t.termination, "metrics": t.metrics, "steps": steps}
     for key in ("tool_errors", "error", "reward_error", "close_error"):
         if t.info.get(key):
             record[key] = t.info[key]
@@ -154,9 +187,20 @@ def write_episodes(path: str | os.PathLike, trajs: Any) -> Path:
     tmp = path.with_name(f".{path.name}.part")
     with open(tmp, "w", encoding="utf-8") as fh:
         for t in trajs:
-            fh.write(json.dumps(clean(episode_record(t)), ensure_ascii=False) + "\n")
+            fh.write(json.dumps(clean(episode_record(t)), ensure_ascii=False, default=str) + "\n")
     tmp.replace(path)
     return path
+
+
+def write_train_episodes(run_dir: str | os.PathLike, iteration: int, trajs: list[Any], keep: int) -> Path | None:
+    """Keep ``keep`` episodes of an RL iteration's rollout in ``episodes/train/iter_<N>.jsonl``, spread evenly over
+    the batch (so over its different rows); nothing when ``keep`` is 0. A resumed run rewrites the iterations it
+    repeats."""
+    if keep <= 0 or not trajs:
+        return None
+    picked = sorted({(i * len(trajs)) // min(keep, len(trajs)) for i in range(min(keep, len(trajs)))})
+    return write_episodes(Path(run_dir) / "episodes" / "train" / f"iter_{int(iteration):06d}.jsonl",
+                          [trajs[i] for i in picked])
 
 
 def truncate_metrics(run_dir: str | os.PathLike, offset: int) -> int:

@@ -2,7 +2,7 @@
 
 * A fresh run (no ``--resume``) needs an empty or absent ``run_dir``. A directory that already holds files is
   refused with one line (exit code 2) unless ``--overwrite`` is given, which deletes the previous run's files
-  (``metrics.jsonl``, ``tb/``, ``checkpoints/``, ``summary.json``, ``config.yaml``, ``curves.png``, ``episodes/``, ``errors.log``,
+  (``metrics.jsonl``, ``tb/``, ``checkpoints/``, ``summary.json``, ``config.yaml``, ``curves.png``, ``episodes/``, ``errors.log``, ``view.html``,
   ``eval_*.json`` and ``eval_*.episodes.jsonl``) first; other files are left alone.
 * ``--resume`` (``trainer.resume=auto``) needs a complete checkpoint in ``run_dir``; without one it is refused with
   one line instead of silently starting over. The run's saved ``config.yaml`` is the config of a resumed run
@@ -32,13 +32,15 @@ from agentr1_core.lifecycle.checkpoint import latest_checkpoint
 
 CONFIG_FILE = "config.yaml"
 VERL_STATE_FILE = "agentr1_state.json"  # the verl trainer's state file, written last into verl_iter_N
-RUN_FILES = ("metrics.jsonl", "tb", "checkpoints", "summary.json", CONFIG_FILE, "curves.png", "episodes", "errors.log")
+RUN_FILES = ("metrics.jsonl", "tb", "checkpoints", "summary.json", CONFIG_FILE, "curves.png", "episodes", "errors.log",
+             "view.html")
 
 
 # What a resumed run may change: how long it goes and how it checkpoints, validates and uses the machine. Everything
 # else (model, env, data, reward, algorithm, sizes, seed) must match the run's saved config.
 RESUMABLE = ("trainer.total_steps", "trainer.checkpoint_every", "trainer.keep_checkpoints", "trainer.threads",
-             "trainer.min_free_gb", "validation.every", "validation.max_rows", "plugins.allow", "plugins.block")
+             "trainer.min_free_gb", "trainer.keep_train_episodes", "validation.every", "validation.max_rows",
+             "plugins.allow", "plugins.block")
 IGNORED_ON_RESUME = ("trainer.resume",)
 _ABSENT = object()
 

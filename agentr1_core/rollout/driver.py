@@ -2,7 +2,8 @@
 
 Every episode is one coroutine running an AgentFlow over one row; they are gathered together so that every
 ``generate`` call of every live episode reaches the engine at the same time and can be batched. A tqdm bar counts
-finished episodes. Each trajectory gets ``group_id`` (its row) and ``uid`` (row and sample). A flow that raises, or
+finished episodes. Each trajectory gets ``group_id`` (its row), ``uid`` (row and sample) and ``info["task_id"]``, an id
+of its dataset row that stays the same across validations and runs (``task_id``). A flow that raises, or
 returns something that is not a ``Trajectory``, becomes an empty trajectory with termination ``env_error`` and the
 traceback in ``info["error"]``: one bad episode never stops a run.
 
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import hashlib
+import json
 import traceback
 from typing import Any, Awaitable, Callable, Sequence
 
@@ -27,6 +30,23 @@ _EPISODE_UID: contextvars.ContextVar[str | None] = contextvars.ContextVar("agent
 def current_episode_uid() -> str | None:
     """The uid of the episode whose flow is being built or run in this task (None outside an episode)."""
     return _EPISODE_UID.get()
+
+
+ROW_ID_KEYS = ("id", "uid", "task_id", "question_id")
+
+
+def task_id(row: dict[str, Any]) -> str:
+    """A stable id of a dataset row: its own ``id`` (``uid``, ``task_id``, ``question_id``) when it has one, else a
+    short hash of its prompt and ``env_kwargs`` (of the whole row when it has neither)."""
+    for key in ROW_ID_KEYS:
+        value = row.get(key)
+        if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value):
+            return str(value)
+    basis: Any = {"prompt": row.get("prompt"), "env_kwargs": row.get("env_kwargs")}
+    if basis["prompt"] is None and basis["env_kwargs"] is None:
+        basis = row
+    text = json.dumps(basis, sort_keys=True, default=str, ensure_ascii=False)
+    return "h" + hashlib.sha1(text.encode("utf-8")).hexdigest()[:12]
 
 
 def error_trajectory(row: dict[str, Any], error: str) -> Trajectory:
@@ -52,6 +72,10 @@ async def run_episode(make_flow: FlowFactory, row: dict[str, Any], group_id: str
     traj.group_id = group_id
     traj.uid = uid
     traj.info.setdefault("row_index", group_id)
+    try:
+        traj.info.setdefault("task_id", task_id(row))
+    except Exception:  # an id is a convenience for reading episodes; it never fails one
+        pass
     return traj
 
 

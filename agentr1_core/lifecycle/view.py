@@ -1,0 +1,391 @@
+"""The data behind ``agentr1-core view``: one run directory (or one ``agentr1-core eval`` report) read into one
+JSON-ready dict that the page (``view_page``) embeds.
+
+What it reads: ``config.yaml`` (a summary of the components and sizes, and the file's text), ``metrics.jsonl`` (the
+learning curves and the ``event: validation`` records; ``summary.json`` stands in when there are none),
+``episodes/<label>.jsonl`` (the validations) and ``episodes/train/iter_<N>.jsonl`` (the training episodes a run
+kept), or an eval report ``<report>.json`` with its ``<report>.episodes.jsonl``.
+
+What it builds:
+
+* ``tasks``: the held-out tasks side by side, aligned across validation stages by ``task_id`` (the dataset row's own
+  id or a hash of its prompt, see ``rollout.driver.task_id``; older episode files without one are aligned by a hash
+  of their data source and task text), each with the episodes it had at every stage; ``flipped`` picks those whose
+  success went up or down between two stages.
+* ``episodes``: every episode, compact, with ``tags`` (termination, tool error kinds, reward error) for filtering.
+  A step's prompt is stored as line operations against the previous step's prompt plus its response
+  (``line_diff``), so what the env changed between two turns is explicit, and an append-only context costs its new
+  lines only; long added texts are interned once in ``strings`` (a system prompt shared by 10,000 episodes is kept
+  once).
+
+Prompts are the env's messages rendered role by role (``render_messages``) or the env's plain text as it was
+encoded; the chat template's own markup is not shown (no tokenizer is loaded here). It reads files only: no model,
+no torch.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from agentr1_core.lifecycle.metrics import read_metrics
+
+CURVES = (  # (title, keys); "val/..." are the validation records' values
+    ("reward", ("reward_mean", "val/reward_mean")),
+    ("success rate", ("success_rate", "val/success_rate")),
+    ("loss", ("loss", "policy_loss", "value_loss")),
+    ("kl", ("kl", "approx_kl")),
+    ("entropy", ("entropy",)),
+    ("throughput (tok/s)", ("rollout_tok_s", "update_tok_s")),
+)
+SUMMARY_KEYS = ("model.path", "stages", "seed", "env.name", "env.tools", "agent_flow.name", "reward.name",
+                "algorithm.name", "engine.name", "trainer.name", "trainer.total_steps", "trainer.lr",
+                "rollout.batch_size", "rollout.n", "rollout.max_turns", "rollout.temperature", "validation.n",
+                "data.train.name", "data.val.name")
+INTERN_MIN = 64  # added texts at least this long are kept once in ``strings``
+_LINES = re.compile(r"[^\n]*\n|[^\n]+\Z")  # the page splits the same way: /[^\n]*\n|[^\n]+$/g
+
+
+# -- prompts and their diffs ----------------------------------------------------------------------------------------
+def lines(text: str) -> list[str]:
+    """``text`` cut after every newline (the last piece may lack one); ``"".join(lines(t)) == t``."""
+    return _LINES.findall(text)
+
+
+def _content(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+
+
+def render_messages(messages: list[dict[str, Any]]) -> str:
+    """Chat messages as readable text: a ``── role (name) ──`` line, the content, then any other keys (the tool
+    calls of an OpenAI-style history) as JSON."""
+    out = []
+    for m in messages:
+        name = f" ({m['name']})" if m.get("name") else ""
+        out.append(f"── {m.get('role', '?')}{name} ──\n{_content(m.get('content', ''))}\n")
+        for key, value in m.items():
+            if key not in ("role", "content", "name"):
+                out.append(f"[{key}] {_content(value)}\n")
+    return "".join(out)
+
+
+def prompt_text(step: dict[str, Any]) -> str:
+    """A step's prompt as text: its messages rendered, or its plain text (exact), or ``""`` when it was token ids."""
+    if isinstance(step.get("prompt"), list):
+        return render_messages(step["prompt"])
+    return str(step.get("prompt_text") or "")
+
+
+def seen_text(step: dict[str, Any]) -> str:
+    """What the model had after this step: the prompt plus its response (as an assistant message for chat
+    prompts, appended as it is to a text prompt)."""
+    if isinstance(step.get("prompt"), list):
+        return render_messages([*step["prompt"], {"role": "assistant", "content": step.get("action", "")}])
+    return prompt_text(step) + str(step.get("action", ""))
+
+
+def line_diff(old: str, new: str) -> list[list[Any]]:
+    """Operations that turn ``old`` into ``new``, line by line: ``["=", n]`` keeps the next n lines of ``old``,
+    ``["-", n]`` drops them, ``["+", text]`` inserts text."""
+    a, b = lines(old), lines(new)
+    if new.startswith(old) and (not old or old.endswith("\n")):  # append-only context: the common case
+        return ([["=", len(a)]] if a else []) + ([["+", new[len(old):]]] if len(new) > len(old) else [])
+    ops: list[list[Any]] = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag == "equal":
+            ops.append(["=", i2 - i1])
+            continue
+        if i2 > i1:
+            ops.append(["-", i2 - i1])
+        if j2 > j1:
+            ops.append(["+", "".join(b[j1:j2])])
+    return ops
+
+
+def apply_diff(old: str, ops: list[list[Any]]) -> tuple[str, list[tuple[str, str]]]:
+    """``(new, segments)``: the text ``line_diff`` ops give, and its pieces as ``("=" | "+" | "-", text)`` (the
+    dropped lines included, as the page shows them)."""
+    a, pos, segments = lines(old), 0, []
+    for op, value in ops:
+        if op == "+":
+            segments.append(("+", value))
+        else:
+            segments.append((op, "".join(a[pos:pos + value])))
+            pos += value
+    return "".join(text for op, text in segments if op != "-"), segments
+
+
+# -- reading files --------------------------------------------------------------------------------------------------
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The JSON objects of a JSONL file (a torn or foreign line is skipped)."""
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict):
+            out.append(record)
+    return out
+
+
+def stage_order(label: str) -> tuple[int, int, str]:
+    """Validation labels in run order: before_*, after_sft, iterN (by N), after_rl, then anything else."""
+    if label.startswith("before"):
+        return (0, 0, label)
+    if label == "after_sft":
+        return (1, 0, label)
+    match = re.fullmatch(r"iter(\d+)", label)
+    if match:
+        return (2, int(match[1]), label)
+    return (3, 0, label) if label == "after_rl" else (4, 0, label)
+
+
+def _select(cfg: Any, key: str) -> Any:
+    for part in key.split("."):
+        if not isinstance(cfg, dict) or part not in cfg:
+            return None
+        cfg = cfg[part]
+    return cfg
+
+
+def config_summary(path: Path) -> dict[str, Any]:
+    """``{"rows": [[key, value], ...], "text": the file}`` of a saved ``config.yaml`` ({} when absent)."""
+    if not path.is_file():
+        return {}
+    from omegaconf import OmegaConf
+
+    text = path.read_text(encoding="utf-8")
+    try:
+        cfg = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    except Exception:  # a config this version cannot read: show its text only
+        return {"rows": [], "text": text}
+    rows = []
+    for key in SUMMARY_KEYS:
+        value = _select(cfg, key)
+        if key == "env.tools" and isinstance(value, list):
+            value = [t.get("name") if isinstance(t, dict) else t for t in value]
+        if value is not None:
+            rows.append([key, value if isinstance(value, (str, int, float, bool)) else json.dumps(value)])
+    return {"rows": rows, "text": text}
+
+
+def curves(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The learning curves: per panel, the series that have points (``[iteration, value]``)."""
+    iters = [r for r in records if "event" not in r]
+    vals = [r for r in records if r.get("event") == "validation"]
+    panels = []
+    for title, keys in CURVES:
+        series = []
+        for key in keys:
+            rows, name = (vals, key[4:]) if key.startswith("val/") else (iters, key)
+            points = [[int(r.get("iteration") or 0), float(r[name])] for r in rows
+                      if isinstance(r.get(name), (int, float)) and not isinstance(r.get(name), bool)]
+            if points:
+                series.append({"name": key, "points": points})
+        if series:
+            panels.append({"title": title, "series": series})
+    return panels
+
+
+def validation_rows(records: list[dict[str, Any]], summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The validation records (``metrics.jsonl``, else ``summary.json``), one per label, in run order."""
+    found = {r.get("label"): r for r in records if r.get("event") == "validation" and r.get("label")}
+    for label, r in ((summary or {}).get("validation") or {}).items():
+        if isinstance(r, dict):
+            found.setdefault(label, {"label": label, **r})
+    keep = ("label", "iteration", "cases", "success_rate", "reward_mean", "steps_per_episode", "terminations")
+    rows = []
+    for label in sorted(found, key=stage_order):
+        r = found[label]
+        by = {src: {k: v.get(k) for k in ("success_rate", "reward_mean", "cases")}
+              for src, v in (r.get("by_source") or {}).items() if isinstance(v, dict)}
+        rows.append({**{k: r.get(k) for k in keep}, "label": label, "by_source": by})
+    return rows
+
+
+# -- episodes -------------------------------------------------------------------------------------------------------
+def episode_task_id(ep: dict[str, Any]) -> str:
+    """The episode's ``task_id``, or for an older record a hash of its data source and task text, or its row."""
+    if ep.get("task_id"):
+        return str(ep["task_id"])
+    if ep.get("task"):
+        text = f"{ep.get('data_source', '')}\n{ep['task']}"
+        return "t" + hashlib.sha1(text.encode("utf-8")).hexdigest()[:12]
+    uid = str(ep.get("uid", ""))
+    return "row:" + uid.rsplit("/", 1)[0].rsplit("-", 1)[-1]
+
+
+def episode_tags(ep: dict[str, Any]) -> list[str]:
+    """What the page filters on: the termination, each tool error kind, ``reward_error``, ``cut_at_length`` (a
+    response stopped by max_new_tokens) and ``answered`` (the last step answered without a tool call)."""
+    tags = [str(ep.get("termination") or "unknown")]
+    tags += sorted(str(k) for k, v in (ep.get("tool_errors") or {}).items() if v)
+    if ep.get("reward_error"):
+        tags.append("reward_error")
+    steps = ep.get("steps") or []
+    if any(s.get("finish_reason") == "length" for s in steps):
+        tags.append("cut_at_length")
+    if steps and steps[-1].get("answer") is not None:
+        tags.append("answered")
+    return tags
+
+
+class _Strings:
+    """Long texts kept once: ``ref(text)`` is the text itself when short, else its index in ``items``."""
+
+    def __init__(self) -> None:
+        self.items: list[str] = []
+        self.index: dict[str, int] = {}
+
+    def ref(self, text: str) -> str | int:
+        if len(text) < INTERN_MIN:
+            return text
+        if text not in self.index:
+            self.index[text] = len(self.items)
+            self.items.append(text)
+        return self.index[text]
+
+
+_HEADER = re.compile(r"(?m)^(?=── )")
+
+
+def _compact_ops(ops: list[list[Any]], strings: _Strings) -> list[list[Any]]:
+    """Added texts cut at message headers (so a system message is one piece that every episode shares), interned."""
+    out: list[list[Any]] = []
+    for op, value in ops:
+        if op != "+":
+            out.append([op, value])
+            continue
+        out.extend(["+", strings.ref(piece)] for piece in _HEADER.split(value) if piece)
+    return out
+
+
+def _prompt_kind(step: dict[str, Any]) -> str:
+    """``messages`` | ``text`` | ``ids`` (an env that gave token ids: not readable here) | ``unrecorded`` (an episode
+    file written before prompts were kept)."""
+    if isinstance(step.get("prompt"), list):
+        return "messages"
+    if step.get("prompt_text") is not None:
+        return "text"
+    return "ids" if "prompt_tokens" in step else "unrecorded"
+
+
+def compact_episode(ep: dict[str, Any], stage: str, index: int, strings: _Strings) -> dict[str, Any]:
+    """One episode as the page holds it (short keys; prompts as diffs against the previous step)."""
+    steps, before = [], ""
+    for s in ep.get("steps") or []:
+        now = prompt_text(s)
+        step = {"p": _compact_ops(line_diff(before, now), strings), "r": str(s.get("action", "")),
+                "f": str(s.get("feedback", "")), "rw": s.get("reward"), "d": bool(s.get("done")),
+                "t": bool(s.get("truncated")), "pt": s.get("prompt_tokens"), "rt": s.get("response_tokens"),
+                "k": _prompt_kind(s)}
+        for short, key in (("c", "calls"), ("fr", "finish_reason"), ("te", "tool_errors"), ("a", "answer"),
+                           ("tools", "tools")):
+            if s.get(key) is not None:
+                step[short] = s[key]
+        steps.append(step)
+        before = seen_text(s) if step["k"] in ("messages", "text") else ""
+    out = {"i": index, "stage": stage, "tid": episode_task_id(ep), "uid": ep.get("uid"),
+           "ds": str(ep.get("data_source", "default")), "task": strings.ref(str(ep.get("task", ""))),
+           "reward": ep.get("reward"), "ok": bool(ep.get("success")), "term": ep.get("termination"),
+           "tags": episode_tags(ep), "steps": steps}
+    for key in ("error", "reward_error", "close_error", "metrics"):
+        if ep.get(key):
+            out[key] = ep[key]
+    return out
+
+
+def align_tasks(episodes: list[dict[str, Any]], stages: list[str]) -> list[dict[str, Any]]:
+    """Per held-out task (first seen first): its id, data source, task text and, per stage in ``stages``, the
+    indices of its episodes there and their success share (``None`` where it had none)."""
+    position = {s: i for i, s in enumerate(stages)}
+    tasks: dict[str, dict[str, Any]] = {}
+    for ep in episodes:
+        if ep["stage"] not in position:
+            continue
+        task = tasks.setdefault(ep["tid"], {"id": ep["tid"], "ds": ep["ds"], "task": ep["task"],
+                                            "eps": [[] for _ in stages]})
+        task["eps"][position[ep["stage"]]].append(ep["i"])
+    by_index = {ep["i"]: ep for ep in episodes}
+    for task in tasks.values():
+        task["share"] = [sum(by_index[i]["ok"] for i in ids) / len(ids) if ids else None for ids in task["eps"]]
+    return list(tasks.values())
+
+
+def flipped(tasks: list[dict[str, Any]], stages: list[str], a: str, b: str, direction: str) -> list[str]:
+    """Ids of the tasks whose success share went ``up`` (fail -> success with one episode per stage), ``down``,
+    or either way (``changed``) from stage ``a`` to stage ``b``; tasks missing at either stage are left out. The
+    page's filter applies the same rule."""
+    i, j = stages.index(a), stages.index(b)
+    out = []
+    for t in tasks:
+        x, y = t["share"][i], t["share"][j]
+        if x is None or y is None or x == y:
+            continue
+        if direction == "changed" or (direction == "up") == (y > x):
+            out.append(t["id"])
+    return out
+
+
+# -- one run or report ----------------------------------------------------------------------------------------------
+def _episode_sets(path: Path) -> tuple[str, list[tuple[str, Path]], list[tuple[str, Path]]]:
+    """(kind, validation sets, training sets) of a run directory or an eval report: ``[(stage, file), ...]``."""
+    if path.is_dir():
+        folder = path / "episodes"
+        val = sorted(((p.stem, p) for p in folder.glob("*.jsonl")), key=lambda x: stage_order(x[0]))
+        train = [(f"train it {int(p.stem.split('_')[-1])}", p) for p in sorted((folder / "train").glob("iter_*.jsonl"))
+                 if p.stem.split("_")[-1].isdigit()]
+        return "run", val, train
+    episodes = path.with_suffix(".episodes.jsonl") if path.suffix == ".json" else path
+    label = episodes.name.removesuffix(".episodes.jsonl").removesuffix(".jsonl")
+    return "eval", ([(label, episodes)] if episodes.is_file() else []), []
+
+
+def build_view(path: str | Path) -> dict[str, Any]:
+    """Everything the page shows of a run directory or an eval report (``<report>.json`` or its
+    ``.episodes.jsonl``)."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"run directory or eval report not found: {path}")
+    kind, val_sets, train_sets = _episode_sets(path)
+    run_dir = path if path.is_dir() else path.parent
+    records = read_metrics(run_dir) if kind == "run" else []
+    summary_file = run_dir / "summary.json"
+    summary = json.loads(summary_file.read_text(encoding="utf-8")) if kind == "run" and summary_file.is_file() else {}
+    report: dict[str, Any] = {}
+    if kind == "eval":
+        report_file = path if path.suffix == ".json" else path.with_name(path.name.replace(".episodes.jsonl", ".json"))
+        if report_file.is_file():
+            report = json.loads(report_file.read_text(encoding="utf-8"))
+    if kind == "run" and not (records or val_sets or train_sets or summary):
+        raise FileNotFoundError(f"nothing to show in {path}: no metrics.jsonl, summary.json or episodes/")
+    if kind == "eval" and not (val_sets or report):
+        raise FileNotFoundError(f"not an eval report: {path} (expected <report>.json or <report>.episodes.jsonl)")
+    strings, episodes = _Strings(), []
+    for stage, file in [*val_sets, *train_sets]:
+        for ep in read_jsonl(file):
+            episodes.append(compact_episode(ep, stage, len(episodes), strings))
+    stages = [stage for stage, _ in val_sets]
+    validation = validation_rows(records, summary)
+    if report:
+        validation = [{"label": stages[0] if stages else "eval", "iteration": report.get("iteration"),
+                       **{k: report.get(k) for k in ("cases", "success_rate", "reward_mean", "steps_per_episode",
+                                                     "terminations")},
+                       "by_source": {s: {k: v.get(k) for k in ("success_rate", "reward_mean", "cases")}
+                                     for s, v in (report.get("by_source") or {}).items() if isinstance(v, dict)}}]
+    config = config_summary(run_dir / "config.yaml")
+    if report:
+        config.setdefault("rows", [])
+        config["rows"] = [[f"eval.{k}", report[k]] for k in ("checkpoint", "iteration", "model_path", "n_per_row",
+                                                              "temperature") if report.get(k) is not None] + \
+            config["rows"]
+    return {"kind": kind, "title": (path.resolve().name or str(path)), "source": str(path), "config": config,
+            "curves": curves(records), "validation": validation, "stages": stages,
+            "train_stages": [stage for stage, _ in train_sets], "tasks": align_tasks(episodes, stages),
+            "episodes": episodes, "strings": strings.items,
+            "wall_seconds": summary.get("wall_seconds") if isinstance(summary, dict) else None}

@@ -1,0 +1,460 @@
+"""``agentr1-core view``: the data the page is built from (stage alignment by task id, flipped-task filters, step
+diffs, tags, curves, the validation table, eval reports), the page file itself (one file, data escaped, its stated
+size), 10,000 episodes, the episode records a run writes (prompts, tool calls, task ids, kept training episodes)
+and a real run end to end. The page in a browser: ``test_view_browser.py``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentr1_core.cli import main
+from agentr1_core.lifecycle.metrics import episode_record, write_train_episodes
+from agentr1_core.lifecycle.view import (
+    apply_diff, build_view, flipped, line_diff, lines, prompt_text, render_messages, seen_text,
+)
+from agentr1_core.lifecycle.view_page import embed_json, render_page, write_view
+from agentr1_core.mdp import Observation, Step, Trajectory
+from agentr1_core.rollout.driver import task_id
+
+SYSTEM = "Solve it. Call the calculator, then answer <answer>N</answer>.\n" + "tool schema line\n" * 8
+
+
+def _msgs(task: str, *turns: tuple[str, str]) -> list[dict]:
+    out = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": task}]
+    for action, output in turns:
+        out += [{"role": "assistant", "content": action}, {"role": "tool", "name": "calculator", "content": output}]
+    return out
+
+
+def _episode(tid: str, task: str, ok: bool, termination: str = "done", source: str = "arith", uid: str = "x/0",
+             two_steps: bool = True, **extra) -> dict:
+    call = '<tool_call>{"name": "calculator", "arguments": {"expression": "2+2"}}</tool_call>'
+    steps = [{"action": call, "feedback": "4", "reward": 0.0, "done": False, "truncated": False, "prompt_tokens": 90,
+              "response_tokens": 20, "prompt": _msgs(task), "finish_reason": "stop",
+              "calls": [{"name": "calculator", "arguments": {"expression": "2+2"}, "output": "4"}]}]
+    if two_steps:
+        steps.append({"action": "<answer>4</answer>" if ok else "<answer>5</answer>", "feedback": "",
+                      "reward": 1.0 if ok else 0.0, "done": True, "truncated": False, "prompt_tokens": 120,
+                      "response_tokens": 8, "prompt": _msgs(task, (call, "4")), "answer": "4" if ok else "5"})
+    return {"uid": uid, "task_id": tid, "data_source": source, "task": task, "reward": 1.0 if ok else 0.0,
+            "success": ok, "termination": termination, "metrics": {"num_steps": float(len(steps))}, "steps": steps,
+            **extra}
+
+
+def _write_jsonl(path: Path, records: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+
+
+def make_run(root: Path) -> Path:
+    """A synthetic run directory: 4 held-out tasks over 3 validation stages, listed in a different order at each
+    stage; task d is missing after SFT. a: fail -> success -> success, b: success -> fail -> fail, c: fail throughout
+    (a parse error, then the context limit), d: success at both ends."""
+    run = root / "run"
+    (run / "episodes").mkdir(parents=True)
+    (run / "config.yaml").write_text(textwrap.dedent("""\
+        seed: 3
+        model: {path: smollm2-135m-instruct}
+        env: {name: tool_env, tools: [{name: calculator}], max_turns: 4}
+        algorithm: {name: grpo}
+        trainer: {name: local, total_steps: 2, lr: 1.0e-05}
+        stages: [sft, rl]
+        """), encoding="utf-8")
+    val = [{"event": "validation", "label": label, "iteration": it, "cases": 4, "success_rate": rate,
+            "reward_mean": rate, "terminations": {"done": 4},
+            "by_source": {"arith": {"success_rate": rate, "cases": 4}}}
+           for label, it, rate in (("before_sft", 0, 0.5), ("after_sft", 0, 0.33), ("after_rl", 2, 0.5))]
+    iters = [{"iteration": i, "reward_mean": 0.1 * i, "success_rate": 0.1 * i, "loss": 0.5 / i, "kl": 0.01 * i,
+              "entropy": 1.0 - 0.1 * i, "rollout_tok_s": 100.0 + i, "update_tok_s": 900.0, "terminations": {"done": 4}}
+             for i in (1, 2)]
+    _write_jsonl(run / "metrics.jsonl", [val[0], {"event": "sft", "sft_nll": 0.7}, val[1], iters[0], iters[1], val[2]])
+    (run / "summary.json").write_text(json.dumps({"wall_seconds": 90.0, "validation": {}}), encoding="utf-8")
+    eps = run / "episodes"
+    _write_jsonl(eps / "before_sft.jsonl", [
+        _episode("a", "task a", False, uid="val-before_sft-0/0"), _episode("b", "task b", True),
+        _episode("c", "task c", False, tool_errors={"parse_error": 1}), _episode("d", "task d", True)])
+    _write_jsonl(eps / "after_sft.jsonl", [
+        _episode("c", "task c", False, termination="context_limit"), _episode("a", "task a", True),
+        _episode("b", "task b", False, source="arith")])
+    _write_jsonl(eps / "after_rl.jsonl", [
+        _episode("d", "task d", True), _episode("b", "task b", False, termination="env_error",
+                                                   error="Traceback ...\nRuntimeError: boom", two_steps=False),
+        _episode("a", "task a", True), _episode("c", "task c", False)])
+    _write_jsonl(eps / "train" / "iter_000001.jsonl", [_episode("t1", "train task", True, uid="it1-0/0")])
+    return run
+
+
+def test_stages_are_aligned_by_task_id_not_by_position(tmp_path):
+    view = build_view(make_run(tmp_path))
+    assert view["kind"] == "run" and view["stages"] == ["before_sft", "after_sft", "after_rl"]
+    assert view["train_stages"] == ["train it 1"]
+    tasks = {t["id"]: t for t in view["tasks"]}
+    assert sorted(tasks) == ["a", "b", "c", "d"]  # the training task is not a held-out task
+    assert tasks["a"]["share"] == [0.0, 1.0, 1.0] and tasks["b"]["share"] == [1.0, 0.0, 0.0]
+    assert tasks["d"]["share"] == [1.0, None, 1.0] and tasks["d"]["eps"][1] == []
+    for t in view["tasks"]:  # every cell points at episodes of that task at that stage
+        for stage, ids in zip(view["stages"], t["eps"]):
+            assert all(view["episodes"][i]["tid"] == t["id"] and view["episodes"][i]["stage"] == stage for i in ids)
+    assert len(view["episodes"]) == 12 and [e["i"] for e in view["episodes"]] == list(range(12))
+
+
+def test_flipped_tasks_between_two_stages(tmp_path):
+    view = build_view(make_run(tmp_path))
+    tasks, stages = view["tasks"], view["stages"]
+    assert flipped(tasks, stages, "before_sft", "after_rl", "up") == ["a"]
+    assert flipped(tasks, stages, "before_sft", "after_rl", "down") == ["b"]
+    assert sorted(flipped(tasks, stages, "before_sft", "after_rl", "changed")) == ["a", "b"]
+    assert flipped(tasks, stages, "after_sft", "after_rl", "changed") == []
+    assert flipped(tasks, stages, "before_sft", "after_sft", "down") == ["b"]  # d has no after_sft episode: left out
+
+
+def test_tags_curves_validation_table_and_config(tmp_path):
+    view = build_view(make_run(tmp_path))
+    tags = {(e["stage"], e["tid"]): e["tags"] for e in view["episodes"]}
+    assert tags[("before_sft", "c")] == ["done", "parse_error", "answered"]
+    assert tags[("after_sft", "c")][0] == "context_limit" and tags[("after_rl", "b")] == ["env_error"]
+    failed = next(e for e in view["episodes"] if e["stage"] == "after_rl" and e["tid"] == "b")
+    assert failed["error"].endswith("RuntimeError: boom")
+    panels = {p["title"]: {s["name"]: s["points"] for s in p["series"]} for p in view["curves"]}
+    assert panels["reward"]["reward_mean"] == [[1, 0.1], [2, 0.2]]
+    assert [p[0] for p in panels["success rate"]["val/success_rate"]] == [0, 0, 2]
+    assert set(panels) == {"reward", "success rate", "loss", "kl", "entropy", "throughput (tok/s)"}
+    assert [r["label"] for r in view["validation"]] == ["before_sft", "after_sft", "after_rl"]
+    assert view["validation"][2]["by_source"] == {"arith": {"success_rate": 0.5, "reward_mean": None, "cases": 4}}
+    rows = dict(view["config"]["rows"])
+    assert rows["model.path"] == "smollm2-135m-instruct" and rows["env.tools"] == '["calculator"]'
+    assert rows["trainer.total_steps"] == 2 and "max_turns: 4" in view["config"]["text"]
+    assert view["wall_seconds"] == 90.0
+
+
+def test_validation_table_falls_back_to_summary_json(tmp_path):
+    run = tmp_path / "run"
+    (run / "episodes").mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps({"validation": {
+        "after_rl": {"success_rate": 0.75, "cases": 4, "by_source": {}},
+        "before_rl": {"success_rate": 0.25, "cases": 4, "by_source": {}}}}), encoding="utf-8")
+    assert [r["label"] for r in build_view(run)["validation"]] == ["before_rl", "after_rl"]
+
+
+def test_step_diffs_show_what_the_env_added():
+    ep = _episode("a", "what is 2+2?", True)
+    first, second = ep["steps"]
+    assert line_diff("", prompt_text(first)) == [["+", prompt_text(first)]]
+    ops = line_diff(seen_text(first), prompt_text(second))
+    new, segments = apply_diff(seen_text(first), ops)
+    assert new == prompt_text(second)
+    added = "".join(text for op, text in segments if op == "+")
+    assert added == "── tool (calculator) ──\n4\n"  # the tool's output; the system prompt and the call are kept
+    assert ops[0] == ["=", len(lines(seen_text(first)))]
+    window = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "q"},  # a window drops a turn
+              {"role": "assistant", "content": "call 2"}, {"role": "tool", "content": "out 2"}]
+    dropped = [{"role": "assistant", "content": "call 1"}, {"role": "tool", "content": "out 1"}]
+    before = render_messages(window[:2] + dropped + [{"role": "assistant", "content": "call 2"}])
+    new, segments = apply_diff(before, line_diff(before, render_messages(window)))
+    assert new == render_messages(window)
+    assert "call 1\n" in "".join(t for op, t in segments if op == "-") and "out 2\n" in "".join(
+        t for op, t in segments if op == "+")
+
+
+text_lines = st.lists(st.sampled_from(["a\n", "b\n", "ccc\n", "\n", "── tool ──\n", "x", "yy"]), max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(text_lines, text_lines)
+def test_line_diff_round_trips(old, new):
+    old_text, new_text = "".join(old), "".join(new)
+    assert "".join(lines(old_text)) == old_text
+    rebuilt, segments = apply_diff(old_text, line_diff(old_text, new_text))
+    assert rebuilt == new_text
+    assert "".join(t for op, t in segments if op != "+") == old_text  # kept + dropped lines are the old text
+
+
+def test_records_without_task_ids_align_by_task_text(tmp_path):
+    run = tmp_path / "run"
+    for label, ok in (("before_rl", False), ("after_rl", True)):
+        records = [_episode("", "task z", ok, uid=f"val-{label}-1/0"), _episode("", "task y", False)]
+        for r in records:
+            del r["task_id"]
+        _write_jsonl(run / "episodes" / f"{label}.jsonl", records[::-1] if ok else records)
+    view = build_view(run)
+    assert len(view["tasks"]) == 2
+    assert flipped(view["tasks"], view["stages"], "before_rl", "after_rl", "up") == [view["tasks"][0]["id"]]
+
+
+def test_an_eval_report_opens_the_same_way(tmp_path):
+    report = tmp_path / "eval_step_000002.json"
+    report.write_text(json.dumps({"checkpoint": "runs/x/checkpoints/step_000002", "iteration": 2, "cases": 2,
+                                  "success_rate": 0.5, "reward_mean": 0.5, "by_source": {"arith": {
+                                      "success_rate": 0.5, "cases": 2}}}), encoding="utf-8")
+    _write_jsonl(tmp_path / "eval_step_000002.episodes.jsonl",
+                 [_episode("a", "task a", True), _episode("b", "task b", False)])
+    for source in (report, tmp_path / "eval_step_000002.episodes.jsonl"):
+        out, view = write_view(source)
+        assert out == tmp_path / "eval_step_000002.html" and view["kind"] == "eval"
+        assert view["stages"] == ["eval_step_000002"] and len(view["tasks"]) == 2
+        assert view["validation"][0]["success_rate"] == 0.5
+        assert dict(view["config"]["rows"])["eval.iteration"] == 2
+
+
+def test_page_is_one_file_with_its_data_escaped_and_its_size_stated(tmp_path):
+    run = make_run(tmp_path)
+    evil = '</script><script>window.__pwned=1</script><img src=x onerror="window.__pwned=2"> & <!--'
+    path = run / "episodes" / "after_rl.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    records[0]["steps"][0]["action"] = evil
+    records[0]["task"] = "{{DATA}} {{SCRIPT}} " + evil  # placeholders in the data stay data
+    _write_jsonl(path, records)
+    out, view = write_view(run, tmp_path / "page.html")
+    page = out.read_bytes()
+    text = page.decode("utf-8")
+    assert re.search(r'<meta name="file-bytes" content="\s*(\d+)"', text)[1] == str(len(page))
+    assert text.count("</script>") == 2 and text.count("<script") == 2  # the data block and the page's script
+    assert "window.__pwned" in text and "<img" not in text.split('id="view-data">')[1]
+    assert not re.search(r"https?://|src=\"//", text.replace("http://www.w3.org/2000/svg", ""))  # nothing fetched
+    block = text.split('<script type="application/json" id="view-data">')[1].split("</script>")[0]
+    assert json.loads(block) == json.loads(json.dumps(view))  # the escapes decode to the same data
+    assert "<" not in embed_json({"x": "<b>"}) and json.loads(embed_json({"x": "<b>\u2028"})) == {"x": "<b>\u2028"}
+
+
+def test_ten_thousand_episodes_stay_compact(tmp_path):
+    run = tmp_path / "run"
+    records = [_episode(f"t{i % 2500}", f"task {i % 2500}: what is {i} + {i}?", i % 3 == 0, uid=f"v-{i}/0")
+               for i in range(2500)]
+    for label in ("before_sft", "after_sft", "iter2", "after_rl"):
+        _write_jsonl(run / "episodes" / f"{label}.jsonl", records)
+    t0 = time.perf_counter()
+    out, view = write_view(run)
+    seconds = time.perf_counter() - t0
+    page = out.read_text(encoding="utf-8")
+    assert len(view["episodes"]) == 10_000 and len(view["tasks"]) == 2500
+    assert page.count("tool schema line") == 8  # the system prompt shared by every episode is kept once
+    assert out.stat().st_size < 12 * 1024 ** 2 and seconds < 60, (out.stat().st_size, seconds)
+
+
+def test_cli_writes_the_page_and_reports_a_missing_run_in_one_line(tmp_path, capsys):
+    run = make_run(tmp_path)
+    assert main(["view", str(run)]) == 0
+    assert (run / "view.html").is_file() and "12 episodes, 4 held-out tasks" in capsys.readouterr().out
+    assert main(["view", str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("agentr1-core: error:") and "not found" in err and len(err.splitlines()) == 1
+    (tmp_path / "empty").mkdir()
+    assert main(["view", str(tmp_path / "empty")]) == 2 and "nothing to show" in capsys.readouterr().err
+
+
+# -- what a run writes --------------------------------------------------------------------------------------------
+def test_task_id_is_the_rows_id_or_a_hash_of_its_prompt():
+    assert task_id({"id": 7, "prompt": "x"}) == "7" and task_id({"uid": "q-1"}) == "q-1"
+    a, b = task_id({"prompt": "What is 2+2?", "data_source": "a"}), task_id({"prompt": "What is 2+2?", "seed": 9})
+    assert a == b and a.startswith("h") and a != task_id({"prompt": "What is 2+3?"})
+    assert task_id({"env_kwargs": {"game": "g1"}}) != task_id({"env_kwargs": {"game": "g2"}})
+
+
+def test_episode_record_keeps_prompts_calls_and_token_counts():
+    from agentr1_core.builtin.calculator import CalculatorTool
+    from agentr1_core.envs import ToolEnv
+    from agentr1_core.mdp import Action
+
+    env = ToolEnv(tools=[CalculatorTool()], system_prompt="Use the calculator.")
+    obs = asyncio.run(env.reset({"prompt": "What is 6*7?"}))
+    text = '<tool_call>{"name": "calculator", "arguments": {"expression": "6*7"}}</tool_call><tool_call>{bad'
+    result = asyncio.run(env.step(Action(text, [1, 2, 3], [0.0] * 3)))
+    calls = result.info["calls"]
+    assert calls[0] == {"name": "calculator", "arguments": {"expression": "6*7"}, "output": "42"}
+    assert calls[1]["error"] == "parse_error" and calls[1]["raw"] == "{bad"
+    step = Step([5] * 11, [1, 2, 3], [0.0] * 3, action_text=text, feedback=result.feedback, info=dict(result.info),
+                observation=obs, next_observation=result.observation, truncated=True)
+    traj = Trajectory(steps=[step], uid="val-after_rl-0/0", data_source="arith", termination="truncated",
+                      info={"task_id": "h123"})
+    record = episode_record(traj)
+    assert record["task_id"] == "h123" and record["task"] == "What is 6*7?"
+    s = record["steps"][0]
+    assert s["prompt"] == obs.messages and s["prompt_tokens"] == 11 and s["response_tokens"] == 3
+    assert s["calls"] == calls and s["truncated"] is True and s["done"] is False
+    text_step = Step([1], [2], [0.0], observation=Observation(text="plain prompt"))
+    assert episode_record(Trajectory(steps=[text_step]))["steps"][0]["prompt_text"] == "plain prompt"
+
+
+def test_training_episodes_are_kept_spread_over_the_batch(tmp_path):
+    trajs = [Trajectory(uid=f"it3-{i // 4}/{i % 4}") for i in range(16)]
+    path = write_train_episodes(tmp_path, 3, trajs, keep=4)
+    assert path == tmp_path / "episodes" / "train" / "iter_000003.jsonl"
+    assert [json.loads(line)["uid"] for line in path.read_text().splitlines()] == [
+        "it3-0/0", "it3-1/0", "it3-2/0", "it3-3/0"]
+    assert write_train_episodes(tmp_path, 4, trajs, keep=0) is None
+    assert len(write_train_episodes(tmp_path, 5, trajs[:2], keep=4).read_text().splitlines()) == 2
+
+
+# -- in a real browser (headless Chromium): required in CI, skipped locally without it ----------------------------
+@pytest.fixture(scope="module")
+def browser():
+    import os
+
+    from agentr1_core.testing.browser import find_browser, open_browser
+
+    if find_browser() is None:
+        message = "headless Chromium, chromedriver and selenium are needed (apt-get install chromium chromium-driver)"
+        if os.environ.get("AGENTR1_CI"):
+            pytest.fail(message + "; .ci/run installs them")
+        pytest.skip(message)
+    driver = open_browser(1280, 900)
+    yield driver
+    driver.quit()
+
+
+def _load(driver, page: Path, fragment: str = ""):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.get(page.resolve().as_uri() + fragment)
+    WebDriverWait(driver, 30).until(lambda d: d.execute_script("return document.body.dataset.ready === '1'"))
+    assert driver.get_log("browser") == [] if hasattr(driver, "get_log") else True  # no script error
+
+
+def _count(driver, selector: str) -> int:
+    return driver.execute_script("return document.querySelectorAll(arguments[0]).length", selector)
+
+
+def _choose(driver, select_id: str, value: str) -> None:
+    from selenium.webdriver.support.ui import Select
+
+    Select(driver.find_element("id", select_id)).select_by_value(value)
+
+
+def _screenshot_colors(driver) -> int:
+    from agentr1_core.testing.browser import png_colors
+
+    return png_colors(driver.get_screenshot_as_png())
+
+
+def test_the_page_in_a_browser_renders_filters_and_shows_model_output_as_text(browser, tmp_path):
+    run = make_run(tmp_path)
+    evil = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'
+    path = run / "episodes" / "after_rl.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    records[2]["steps"][1]["action"] = "answer " + evil  # task a, after RL
+    records[2]["steps"][0]["calls"][0]["output"] = evil
+    records[2]["steps"][1]["prompt"][-1]["content"] = evil  # the tool message the next prompt carries
+    _write_jsonl(path, records)
+    out, view = write_view(run)
+    _load(browser, out)
+    d = browser
+    assert _count(d, "#stage-table tr.stage-row") == 3 and _count(d, "#curves .chart svg polyline") >= 8
+    assert d.find_element("id", "episode-count").text == "12 episodes"
+    assert d.find_element("id", "file-size").text.startswith("this file: ")
+    assert _count(d, "#tasks tr.task-row") == 4 and _count(d, "#episodes tr.ep-row") == 12
+    _choose(d, "task-change", "up")
+    assert [r.get_attribute("data-task") for r in d.find_elements("css selector", "#tasks tr.task-row")] == ["a"]
+    _choose(d, "task-change", "down")
+    assert [r.get_attribute("data-task") for r in d.find_elements("css selector", "#tasks tr.task-row")] == ["b"]
+    _choose(d, "task-change", "all")
+    _choose(d, "task-tag", "context_limit")
+    assert [r.get_attribute("data-task") for r in d.find_elements("css selector", "#tasks tr.task-row")] == ["c"]
+    _choose(d, "ep-stage", "after_rl")
+    assert _count(d, "#episodes tr.ep-row") == 4
+    _choose(d, "ep-tag", "env_error")
+    assert _count(d, "#episodes tr.ep-row") == 1
+    _choose(d, "ep-tag", "")
+    # open task a after RL from the side-by-side table: its response and tool output carry the markup, as text
+    _choose(d, "task-tag", "")
+    d.find_element("css selector", '#tasks tr.task-row[data-task="a"] td.cell:last-child').click()
+    # an <img onerror> would fire once its load fails: give it the time to
+    assert d.execute_async_script("setTimeout(function () { arguments[0](window.__pwned); }.bind(null, "
+                                  "arguments[0]), 300)") is None
+    responses = [e.get_attribute("textContent") for e in d.find_elements("css selector", "#episode pre.response")]
+    assert responses[1] == "answer " + evil and d.find_element("css selector", "#episode pre.response").is_displayed()
+    assert evil in d.find_element("css selector", "#episode pre.tool-output").get_attribute("textContent")
+    assert d.execute_script("return window.__pwned") is None
+    assert _count(d, "#episode img") == 0 and _count(d, "#episode script") == 0
+    prompts = d.find_elements("css selector", "#episode details.prompt-box")
+    assert len(prompts) == 2 and not any(p.get_attribute("open") for p in prompts)  # collapsed
+    added = d.find_elements("css selector", '#episode .step[data-step="1"] pre.prompt span.add')
+    assert [a.get_attribute("textContent") for a in added] == ["── tool (calculator) ──\n" + evil + "\n"]
+    assert "4 held-out" not in d.find_element("id", "episode-task").text and "task a" in d.find_element(
+        "id", "episode-task").text
+    # the curves answer a hover
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    d.execute_script("document.getElementById('curves-section').scrollIntoView()")
+    chart = d.find_element("css selector", '#curves .chart[data-title="reward"] svg')
+    ActionChains(d).move_to_element_with_offset(chart, 120, 0).perform()
+    tip = d.find_element("id", "tip")
+    assert tip.is_displayed() and "reward @ iteration" in tip.text and "reward_mean: " in tip.text
+    d.execute_script("window.scrollTo(0, 0)")
+    assert _screenshot_colors(d) > 100  # text, charts, colours: not a blank page
+
+
+def test_ten_thousand_episodes_in_a_browser_are_paged(browser, tmp_path):
+    run = tmp_path / "run"
+    records = [_episode(f"t{i}", f"task {i}", i % 2 == 0, uid=f"v-{i}/0") for i in range(2500)]
+    for label in ("before_sft", "after_sft", "iter2", "after_rl"):
+        _write_jsonl(run / "episodes" / f"{label}.jsonl", records)
+    out, _ = write_view(run)
+    t0 = time.perf_counter()
+    _load(browser, out)
+    assert time.perf_counter() - t0 < 30
+    d = browser
+    assert d.find_element("id", "episode-count").text == "10000 episodes"
+    assert _count(d, "#episodes tr.ep-row") == 50 and _count(d, "#tasks tr.task-row") == 50
+    assert d.find_element("css selector", "#episodes-pager .page-label").text == "page 1 of 200"
+    d.find_elements("css selector", "#episodes-pager button")[1].click()
+    assert d.find_element("css selector", "#episodes tr.ep-row").get_attribute("data-episode") == "50"
+    _load(browser, out, "#episode-9999")
+    assert _count(d, "#episode .step") == 2 and "task 2499" in d.find_element("id", "episode-task").text
+
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory, tiny_model_dir):
+    """A short real run on the tiny model: SFT, 2 GRPO iterations, a validation after each stage and iteration."""
+    root = tmp_path_factory.mktemp("view-run")
+    config = root / "run.yaml"
+    config.write_text(textwrap.dedent(f"""\
+        base: tiny
+        seed: 5
+        model: {{path: "{tiny_model_dir}"}}
+        engine: {{name: transformers, max_batch_size: 1}}
+        rollout: {{max_new_tokens: 24}}
+        validation: {{every: 1, max_rows: 2}}
+        trainer: {{total_steps: 2, keep_train_episodes: 2, checkpoint_every: -1, lr: 1.0e-3, min_free_gb: 0.01}}
+        """))
+    assert main(["run", str(config), f"run_dir={root / 'run'}"]) == 0
+    return root / "run"
+
+
+@pytest.mark.slow
+def test_a_real_run_opens_in_the_view(real_run):
+    """Every stage's episodes line up by task, prompts are recorded, the kept training episodes are there."""
+    assert sorted(p.name for p in (real_run / "episodes" / "train").iterdir()) == [
+        "iter_000001.jsonl", "iter_000002.jsonl"]
+    view = build_view(real_run)
+    assert view["stages"] == ["before_sft", "after_sft", "iter1", "after_rl"]
+    assert len(view["tasks"]) == 2 and all(all(len(ids) == 1 for ids in t["eps"]) for t in view["tasks"])
+    assert len(view["episodes"]) == 4 * 2 + 2 * 2
+    first = view["episodes"][0]["steps"][0]
+    assert first["k"] == "messages" and first["pt"] > 0 and first["rt"] > 0
+    assert [r["label"] for r in view["validation"]] == view["stages"]
+    assert {p["title"] for p in view["curves"]} >= {"reward", "success rate", "loss", "entropy"}
+    page = render_page(view)
+    assert len(page) == int(re.search(rb'name="file-bytes" content="\s*(\d+)"', page)[1])
+
+
+@pytest.mark.slow
+def test_a_real_run_in_a_browser(browser, real_run):
+    assert main(["view", str(real_run)]) == 0
+    _load(browser, real_run / "view.html", "#episode-0")
+    d = browser
+    assert _count(d, "#stage-table tr.stage-row") == 4 and _count(d, "#tasks tr.task-row") == 2
+    assert _count(d, "#curves .chart") >= 4 and _count(d, "#episodes tr.ep-row") == 12
+    assert _count(d, "#episode .step") >= 1
+    prompt = d.find_element("css selector", "#episode pre.prompt").get_attribute("textContent")
+    assert prompt.startswith("── system ──\n") and "── user ──\n" in prompt
+    d.execute_script("window.scrollTo(0, 0)")
+    assert _screenshot_colors(d) > 100
