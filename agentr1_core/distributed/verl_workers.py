@@ -173,13 +173,21 @@ class VerlGroups:
         padded, pad = pad_dataproto_to_divisor(proto, self.n_gpus)  # padding rows repeat real ones
         return padded, pad
 
+    def _micro(self, rows: int) -> int:
+        """The micro-batch size for a batch of ``rows`` over all ranks: the largest divisor of each rank's share
+        that does not exceed ``trainer.micro_batch_size`` (verl needs each rank's rows to split evenly; step
+        counts vary per rollout). The loss does not depend on it: verl normalises by the mini-batch's tokens."""
+        per_rank = max(1, rows // self.n_gpus)
+        cap = max(1, int(self.merged.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu))
+        return max(d for d in range(1, min(per_rank, cap) + 1) if per_rank % d == 0)
+
     def _mini(self, rows: int, mini_batches: int) -> int:
         return max(self.n_gpus, (rows // max(1, mini_batches)) // self.n_gpus * self.n_gpus)
 
     def _infer(self, wg_call: Any, proto: Any, key: str, **meta: Any) -> torch.Tensor:
         padded, pad = self._padded(proto)
         td = left_right_2_no_padding(padded.to_tensordict())
-        tu.assign_non_tensor(td, compute_loss=False, **meta)
+        tu.assign_non_tensor(td, compute_loss=False, micro_batch_size_per_gpu=self._micro(len(padded)), **meta)
         out = wg_call(td)
         out = out.get() if hasattr(out, "get") and not isinstance(out, dict) and not hasattr(out, "keys") else out
         values = no_padding_2_padding(tu.get(out, key), td).float()
@@ -192,6 +200,7 @@ class VerlGroups:
         td = left_right_2_no_padding(padded.to_tensordict())
         mini = self._mini(len(padded), mini_batches)
         tu.assign_non_tensor(td, calculate_entropy=float(actor.entropy_coeff) != 0.0, distillation_use_topk=False,
+                             micro_batch_size_per_gpu=self._micro(mini),
                              distillation_only=False, global_batch_size=mini, mini_batch_size=mini,
                              epochs=int(epochs), seed=int(seed), dataloader_kwargs={"shuffle": True},
                              compute_loss=True)
@@ -210,6 +219,7 @@ class VerlGroups:
             td = left_right_2_no_padding(padded.to_tensordict())
             mini = max(self.n_gpus, min(len(padded), int(batch_size)) // self.n_gpus * self.n_gpus)
             tu.assign_non_tensor(td, calculate_entropy=False, distillation_use_topk=False, distillation_only=False,
+                                 micro_batch_size_per_gpu=self._micro(mini),
                                  global_batch_size=mini, mini_batch_size=mini, epochs=int(epochs), seed=int(seed),
                                  dataloader_kwargs={"shuffle": True}, compute_loss=True)
             return _metrics(self.actor.update_actor(td))
@@ -236,6 +246,7 @@ class VerlGroups:
         td = left_right_2_no_padding(padded.to_tensordict())
         mini = self._mini(len(padded), max(1, len(padded) // max(1, self.critic_mini)))
         tu.assign_non_tensor(td, global_batch_size=mini, mini_batch_size=mini, epochs=int(epochs), seed=int(seed),
+                             micro_batch_size_per_gpu=self._micro(mini),
                              dataloader_kwargs={"shuffle": True})
         return _metrics(self.critic.train_mini_batch(td))
 

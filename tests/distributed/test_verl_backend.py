@@ -109,5 +109,8 @@ def test_two_fsdp_ranks_and_two_rollout_workers_train_like_one_rank(verl_python,
     assert two[-1]["dist/weights_versions_min"] >= 1
     for key in ("tokens_generated", "train_steps"):
         assert [r[key] for r in two] == [r[key] for r in one], key
-    for key in ("loss", "pg_loss", "entropy", "grad_norm", "weight_change"):
+    for key in ("loss", "pg_loss", "entropy", "grad_norm"):
         assert [r[key] for r in two] == pytest.approx([r[key] for r in one], rel=1e-3, abs=1e-5), key
+    # Adam divides by the root of tiny second moments here (gradient norms ~1e-4): the summation order of the
+    # sharded reduction shows in the second step's size at the 1e-3 level
+    assert [r["weight_change"] for r in two] == pytest.approx([r["weight_change"] for r in one], rel=1e-2)
