@@ -77,7 +77,7 @@ def run_method(name: str, model, tokenizer, rows, sampling, cfg, n: int = 1) -> 
 
 def vllm_child(args) -> None:
     """Runs inside the vLLM venv: the same episodes through the ``vllm`` engine; prints one JSON line."""
-    from agentr1_core.distributed.vllm_engine import VLLMEngine
+    from agentr1_core.rollout.vllm_engine import VLLMEngine
     from agentr1_core.rollout.base import SamplingParams
 
     cfg = default_config()

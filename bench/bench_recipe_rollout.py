@@ -89,7 +89,7 @@ def vllm_child(args) -> None:
     """Runs inside the vLLM venv: the same trainer and episodes with the ``vllm`` engine; prints one JSON line."""
     import torch
 
-    from agentr1_core.distributed.vllm_engine import VLLMEngine
+    from agentr1_core.rollout.vllm_engine import VLLMEngine
 
     torch.set_num_threads(args.threads)
     cfg, trainer = make_recipe_trainer(args)

@@ -26,9 +26,9 @@ def main() -> None:
     from safetensors.torch import load_file
 
     from agentr1_core.config import load_config
-    from agentr1_core.distributed import verl_compat, verl_cpu_platform
-    from agentr1_core.distributed.verl_data import merge_into_verl_config, verl_config
-    from agentr1_core.distributed.verl_trainer import pick_device, resolve_model_folder, verl_default_config
+    from agentr1_core.verl import compat as verl_compat, cpu_platform as verl_cpu_platform
+    from agentr1_core.verl.data import merge_into_verl_config, verl_config
+    from agentr1_core.verl.trainer import pick_device, resolve_model_folder, verl_default_config
     from agentr1_core.plugins import get_registry
 
     device = pick_device(1)
@@ -43,7 +43,7 @@ def main() -> None:
     merged = merge_into_verl_config(verl_default_config(), verl_config(cfg, algorithm, model_path=path, device=device))
     merged.actor_rollout_ref.actor.checkpoint.save_contents = ["hf_model"]
     ray.init(num_cpus=2, include_dashboard=False)
-    from agentr1_core.distributed.verl_workers import VerlGroups
+    from agentr1_core.verl.workers import VerlGroups
 
     groups = VerlGroups(merged, 1, device, need_ref=False, need_critic=False)
     memory, disk, nbytes = [], [], 0

@@ -33,7 +33,7 @@ def main() -> int:
     import torch
     from safetensors.torch import load_file, save_file
 
-    from agentr1_core.distributed.vllm_engine import VLLMEngine
+    from agentr1_core.rollout.vllm_engine import VLLMEngine
 
     engine = VLLMEngine(model_path=args.model, dtype="float32", max_model_len=512, seed=0)
     folder = Path(engine._resolve_path(args.model))

@@ -55,7 +55,7 @@ def agentr1_algorithms():
 def agentr1_rollout_engines():
     return [EngineSpec("transformers", "agentr1_core.rollout.transformers_engine:TransformersEngine",
                        "In-process Hugging Face transformers engine with continuous batching"),
-            EngineSpec("vllm", "agentr1_core.distributed.vllm_engine:VLLMEngine",
+            EngineSpec("vllm", "agentr1_core.rollout.vllm_engine:VLLMEngine",
                        "vLLM async engine: token ids in, ids + log-probs out (extra: agentr1-core[vllm])")]
 
 
@@ -65,7 +65,7 @@ def agentr1_trainers():
                         "One process, CPU or one GPU"),
             TrainerSpec("ray", "agentr1_core.distributed.ray_trainer:RayTrainer",
                         "Local trainer logic with rollouts on Ray rollout-worker actors (extra: agentr1-core[ray])"),
-            TrainerSpec("verl", "agentr1_core.distributed.verl_trainer:VerlTrainer",
+            TrainerSpec("verl", "agentr1_core.verl.trainer:VerlTrainer",
                         "verl FSDP actor update + Ray rollout workers (extra: agentr1-core[verl], GPU)")]
 
 

@@ -150,7 +150,7 @@ def test_reinforce_loss_matches_verl_gpg(seed, agg):
 @pytest.mark.parametrize("seed", range(3))
 def test_dual_clip_off_matches_verl_with_the_off_constant(seed):
     """``clip_ratio_c: None`` (no dual clip) is mapped to a constant no ratio reaches; the losses then agree."""
-    from agentr1_core.distributed.verl_data import DUAL_CLIP_OFF
+    from agentr1_core.verl.data import DUAL_CLIP_OFF
 
     lp, old, adv, mask = loss_case(seed, spread=3.0)
     cfg = PolicyLossConfig(loss_type="ppo", clip_ratio_low=0.2, clip_ratio_high=0.2, clip_ratio_c=None)

@@ -3,7 +3,7 @@
 verl 0.9 pins transformers < 5.11, so it lives in ``.venv-verl`` (``bash scripts/setup_verl.sh``); these tests run
 it in subprocesses from the main suite. Without ``.venv-verl`` they skip, except in CI (``AGENTR1_CI=1``), where a
 missing environment is a failure. The runs use a tiny random Llama with SmolLM2's tokenizer, transformers-engine
-rollout workers, verl's FSDP2 engine workers over gloo (the CPU platform in ``verl_cpu_platform``).
+rollout workers, verl's FSDP2 engine workers over gloo (the CPU platform in ``agentr1_core.verl.cpu_platform``).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from agentr1_core.config import load_config
-from agentr1_core.distributed.verl_data import (
+from agentr1_core.verl.data import (
     DUAL_CLIP_OFF,
     default_attn_implementation,
     merge_into_verl_config,
@@ -170,7 +170,7 @@ def test_verl_extra_installs_what_the_engine_workers_import():
 
 
 def test_offline_alias_resolves_to_a_local_folder(tmp_path, monkeypatch):
-    from agentr1_core.distributed.verl_trainer import resolve_model_folder
+    from agentr1_core.verl.trainer import resolve_model_folder
 
     monkeypatch.setenv("AGENTR1_CACHE", str(tmp_path))
     folder = tmp_path / "models" / "smollm2-135m-instruct"
@@ -182,7 +182,7 @@ def test_offline_alias_resolves_to_a_local_folder(tmp_path, monkeypatch):
 
 def test_verl_trainer_accepts_critic_algorithms_and_refuses_unknown_stages():
     from agentr1_core.config import ConfigError
-    from agentr1_core.distributed.verl_trainer import VerlTrainer
+    from agentr1_core.verl.trainer import VerlTrainer
     from agentr1_core.plugins import get_registry
 
     for name in ("steppo", "ppo", "gigpo"):
@@ -216,7 +216,7 @@ def test_transformers_engine_uses_the_cache_keyword_of_the_installed_transformer
 
 def test_engines_sleep_and_wake_around_the_update_when_the_pool_offers_it():
     """Colocated engines (vLLM with sleep mode) free their memory during the update; others are left alone."""
-    from agentr1_core.distributed.verl_trainer import VerlTrainer
+    from agentr1_core.verl.trainer import VerlTrainer
     from agentr1_core.plugins import get_registry
 
     trainer = VerlTrainer(load_config("default", ["trainer.name=verl"]), get_registry())

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from agentr1_core.distributed.vllm_engine import _sampled_logprobs
+from agentr1_core.rollout.vllm_engine import _sampled_logprobs
 
 REPO = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
@@ -41,7 +41,7 @@ def test_engine_reports_a_clear_error_without_vllm():
         pytest.skip("vLLM is installed here")
     except ImportError:
         pass
-    from agentr1_core.distributed.vllm_engine import VLLMEngine
+    from agentr1_core.rollout.vllm_engine import VLLMEngine
 
     with pytest.raises(ImportError, match=r"agentr1-core\[vllm\]"):
         VLLMEngine(model_path="x")
@@ -50,7 +50,7 @@ def test_engine_reports_a_clear_error_without_vllm():
 def test_weight_records_keep_dtype_and_values():
     import torch
 
-    from agentr1_core.distributed.vllm_engine import _tensor_record
+    from agentr1_core.rollout.vllm_engine import _tensor_record
 
     for t in (torch.randn(3, 5), torch.randn(4).to(torch.bfloat16), torch.tensor(2.5), torch.zeros(0, 3)):
         name, shape, dtype, raw = _tensor_record("w", t)

@@ -3,7 +3,7 @@
 verl's value-model loader (``verl.utils.model.load_valuehead_model``, used for the critic) asks transformers for
 ``flash_attention_2`` unconditionally, so a critic cannot start where the ``flash_attn`` package is absent (any CPU
 machine, and GPU machines without it). Here it is replaced by the same loader with the attention implementation
-this project picks (``verl_data.default_attn_implementation``: flash-attention 2 when importable, else sdpa);
+this project picks (``data.default_attn_implementation``: flash-attention 2 when importable, else sdpa);
 the loaded model (a token-classification head with one label) is what verl's loader builds first.
 
 The trainer puts this module in ``VERL_USE_EXTERNAL_MODULES`` (``compat_environment()``), so verl imports it in
@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-MODULE = "agentr1_core.distributed.verl_compat"
+MODULE = "agentr1_core.verl.compat"
 
 
 def compat_environment() -> dict[str, str]:
@@ -29,7 +29,7 @@ def load_valuehead_model(local_path: str, torch_dtype: Any, model_config: Any, t
     exists on this machine."""
     from transformers import AutoModelForTokenClassification
 
-    from agentr1_core.distributed.verl_data import default_attn_implementation
+    from agentr1_core.verl.data import default_attn_implementation
 
     return AutoModelForTokenClassification.from_pretrained(
         pretrained_model_name_or_path=local_path, torch_dtype=torch_dtype, config=model_config,

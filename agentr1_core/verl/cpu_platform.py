@@ -1,8 +1,8 @@
 """A CPU platform for verl 0.9, so that verl's FSDP engine workers can update an actor on a machine without a GPU.
 
 verl ships platforms for CUDA, ROCm and Ascend only. This module registers ``cpu`` in verl's platform registry and
-is loaded through verl's external-module hook: with ``VERL_USE_EXTERNAL_MODULES=agentr1_core.distributed.
-verl_cpu_platform`` in the environment, ``import verl`` imports it (in the driver and in every Ray worker, which
+is loaded through verl's external-module hook: with ``VERL_USE_EXTERNAL_MODULES=agentr1_core.verl.cpu_platform``
+in the environment, ``import verl`` imports it (in the driver and in every Ray worker, which
 inherit the environment through ``cpu_environment()``). What it changes:
 
 * ``torch.cpu`` stands in for ``torch.cuda``; the memory statistics and stream calls verl makes on its device module
@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-MODULE = "agentr1_core.distributed.verl_cpu_platform"
+MODULE = "agentr1_core.verl.cpu_platform"
 CPU = torch.device("cpu")
 
 

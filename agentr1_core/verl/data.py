@@ -140,7 +140,7 @@ def verl_config(cfg: Any, algorithm: Any, n_gpus: int = 1, nnodes: int = 1, mode
 
     ``algorithm`` is the built algorithm component (its resolved loss settings are mapped, not the user's raw
     params); ``model_path`` the resolved local model folder; ``device="cpu"`` selects FSDP2 without torch.compile
-    (the CPU platform in ``verl_cpu_platform``). ``trainer.params.verl`` is merged last (``verl_overrides``).
+    (the CPU platform in ``cpu_platform``). ``trainer.params.verl`` is merged last (``verl_overrides``).
     """
     tr, ro, lora = cfg.trainer, cfg.rollout, cfg.model.lora
     path = model_path or str(cfg.model.path)

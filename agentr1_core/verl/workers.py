@@ -1,7 +1,7 @@
 """verl worker groups of the ``verl`` trainer: the FSDP actor, an optional frozen reference and an optional critic.
 
 ``VerlGroups(merged_config, n_gpus, device, ...)`` starts them on Ray (one resource pool each) and offers what one
-iteration needs, each taking a padded ``DataProto`` built by ``verl_data.step_rows_to_verl``:
+iteration needs, each taking a padded ``DataProto`` built by ``data.step_rows_to_verl``:
 
 * ``update_actor``: verl's own actor update (``ppo_loss``: the mapped policy loss, entropy, KL to ``ref_log_prob``);
 * ``log_probs`` / ``ref_log_probs``: per-response-token log-probs of the actor / the reference (``[S, R]``);

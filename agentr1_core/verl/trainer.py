@@ -2,7 +2,7 @@
 ``VerlTrainer``, the training loop (``trainers.loop``) running on it (plugin name ``verl``).
 
 Per RL update: step rows -> (critic algorithms: the critic's value per step) -> this project's algorithm computes
-step-level advantages on the driver -> ``verl_data.step_rows_to_verl`` -> ``DataProto`` -> verl's actor update (and
+step-level advantages on the driver -> ``data.step_rows_to_verl`` -> ``DataProto`` -> verl's actor update (and
 the critic's value update); ``publish_weights`` gathers the actor's full weights in memory and publishes them to the
 rollout workers through the object store. Around the update the rollout engines are put to sleep and woken up when
 they offer it (the vLLM engine with sleep mode; duck-typed). ``sft_update`` is cross-entropy on response tokens
@@ -15,7 +15,7 @@ Checkpoints: verl's actor (and critic) checkpoint plus the loop's state and the 
 Every registered algorithm runs here: critic-free ones (GRPO, Dr.GRPO, RLOO, REINFORCE, REINFORCE++, GiGPO) and the
 critic ones (PPO, StepPO), whose critic is verl's value-model worker with its own optimizer. ``trainer.train_layers``
 freezes all but the actor's top blocks, as in the local trainer (the critic trains fully). Not supported: publishing
-un-merged LoRA adapters. ``device``: CUDA when torch sees a GPU, else the CPU platform of ``verl_cpu_platform``
+un-merged LoRA adapters. ``device``: CUDA when torch sees a GPU, else the CPU platform of ``cpu_platform``
 (FSDP2 over gloo).
 """
 
@@ -116,12 +116,12 @@ class VerlBackend:
 
     # -- build --------------------------------------------------------------------------------------------------
     def build(self, run: RunInputs) -> str:
-        from agentr1_core.distributed import verl_compat
+        from agentr1_core.verl import compat as verl_compat
         from agentr1_core.distributed.pool import RolloutPool
         from agentr1_core.distributed.ray_trainer import run_name_for
         from agentr1_core.distributed.settings import init_ray
-        from agentr1_core.distributed.verl_data import merge_into_verl_config, verl_config
-        from agentr1_core.distributed.verl_workers import VerlGroups
+        from agentr1_core.verl.data import merge_into_verl_config, verl_config
+        from agentr1_core.verl.workers import VerlGroups
         from agentr1_core.models import load_model_and_tokenizer
 
         cfg = self.cfg
@@ -130,7 +130,7 @@ class VerlBackend:
         os.environ.update(verl_compat.compat_environment())  # inherited by the Ray workers started below
         verl_compat.apply()
         if self.device == "cpu":
-            from agentr1_core.distributed import verl_cpu_platform
+            from agentr1_core.verl import cpu_platform as verl_cpu_platform
 
             os.environ.update(verl_cpu_platform.cpu_environment())  # inherited by the Ray workers started below
             verl_cpu_platform.register()
@@ -253,7 +253,7 @@ class VerlBackend:
     def sft_update(self, steps: Any) -> dict[str, Any]:
         import torch
 
-        from agentr1_core.distributed.verl_data import step_rows_to_verl, to_dataproto
+        from agentr1_core.verl.data import step_rows_to_verl, to_dataproto
 
         sft = self.cfg.sft
         width = max(len(r.response_ids) for r in steps.rows) or 1
@@ -284,7 +284,7 @@ class VerlBackend:
 
     def _update(self, steps: Any, trajs: list[Any], iteration: int) -> dict[str, Any]:
         """Scores, advantages and the verl updates of one rollout batch; returns metrics."""
-        from agentr1_core.distributed.verl_data import step_rows_to_verl, to_dataproto
+        from agentr1_core.verl.data import step_rows_to_verl, to_dataproto
         from agentr1_core.trainers.batching import build_step_batch
 
         cfg, tr = self.cfg, self.cfg.trainer
