@@ -184,33 +184,6 @@ class VerlBackend:
         fn()
         return time.perf_counter() - t0
 
-    def _publish(self, metrics: dict[str, Any]) -> None:
-        """Gathers the actor's weights in memory and publishes them to the rollout workers."""
-        import numpy as np
-
-        t0 = time.perf_counter()
-        state = self.groups.export_weights()
-        metrics["dist/weights_gather_seconds"] = time.perf_counter() - t0
-        prev = getattr(self, "_last_weights", None)
-        if prev is not None:
-            metrics["weight_change"] = float(np.sqrt(sum(float(((state[k] - prev[k]) ** 2).sum())
-                                                         for k in state if k in prev)))
-        small = sum(v.nbytes for v in state.values()) <= WEIGHT_CHANGE_MAX_MB * 2 ** 20
-        self._last_weights = state if small else None
-        self.pool.publish(state)
-
-    @staticmethod
-    def _named(got: dict[str, Any], critic: bool = False) -> dict[str, Any]:
-        """``verl/<name>`` for every worker metric (``verl/critic/<name>`` for the critic's), plus the local
-        trainer's names for the ones it has."""
-        if critic:
-            out = {f"verl/critic/{k.removeprefix('critic/')}": v for k, v in got.items()}
-            out.update({LOCAL_NAMES[k]: v for k, v in got.items() if k.startswith("critic/") and k in LOCAL_NAMES})
-            return out
-        out = {f"verl/{k}": v for k, v in got.items()}
-        out.update({LOCAL_NAMES[k]: v for k, v in got.items() if k in LOCAL_NAMES})
-        return out
-
     def publish_weights(self) -> dict[str, Any]:
         """Gathers the actor's weights in memory, publishes them to the rollout workers, wakes the engines."""
         import numpy as np
@@ -235,7 +208,7 @@ class VerlBackend:
     def _named(got: dict[str, Any], critic: bool = False) -> dict[str, Any]:
         """``verl/<name>`` for every worker metric (``verl/critic/<name>`` for the critic's), plus the local
         backend's names for the ones it has; lists (one value per micro-batch) are averaged, and the first value of
-        the on-policy ones is kept as ``onpolicy/*``."""
+        the on-policy ones is kept as ``onpolicy/*`` (one verl reports once per update stands for the update)."""
         firsts = {ON_POLICY_NAMES[k]: abs(float(v[0] if isinstance(v, list) else v)) for k, v in got.items()
                   if k in ON_POLICY_NAMES and v != []}
         got = {k: (sum(v) / len(v) if isinstance(v, list) else v) for k, v in got.items()
@@ -355,13 +328,8 @@ class VerlBackend:
         last = found[-1]
         state = json.loads((last / VERL_STATE_FILE).read_text(encoding="utf-8"))
         self.groups.load(last)
-        self._publish_restored()
+        self.publish_weights()  # the rollout workers sample from the restored weights
         return last, state["loop"], int(state.get("metrics_offset", 0))
-
-    def _publish_restored(self) -> None:
-        state = self.groups.export_weights()
-        self._last_weights = state
-        self.pool.publish(state)
 
     def close(self) -> None:
         if self.pool is not None:
