@@ -126,6 +126,7 @@ class TransformersEngine:
         self._pending: list[_Request] = []
         self._running: list[_Request] = []
         self._kv = BatchKV(self.num_layers, row_capacity=max_batch_size)
+        self._kv_peak_bytes = 0
         self._store = PrefixStore(int(prefix_cache_mb * 2**20)) if prefix_cache_mb > 0 else None
         self.prefix_cache_responses = bool(prefix_cache_responses)
         self.weight_major_rows = int(weight_major_rows) if self.device.type == "cpu" else 0
@@ -196,6 +197,13 @@ class TransformersEngine:
             for name, value in state.items():
                 if name in params:
                     params[name].copy_(value)
+
+    def take_memory_stats(self) -> dict[str, float]:
+        """MiB of the KV buffers at their peak since the last call (they grow with the rows and tokens in flight and
+        are freed when the engine idles) and of the prefix cache now."""
+        peak, self._kv_peak_bytes = self._kv_peak_bytes, 0
+        store = self._store.bytes if self._store is not None else 0
+        return {"kv_peak": peak / 2 ** 20, "prefix_cache": store / 2 ** 20}
 
     def take_prefix_stats(self) -> dict[str, float]:
         """Prompt tokens admitted and prefix tokens reused since the last call, and their ratio (the hit rate)."""
@@ -395,6 +403,7 @@ class TransformersEngine:
                                use_cache=True).logits[:, -1]
         self.stats["decode_steps"] += 1
         self.stats["max_running"] = max(self.stats["max_running"], len(self._running))
+        self._kv_peak_bytes = max(self._kv_peak_bytes, self._kv.reserved_bytes())
         self._sample_and_retire(logits)
 
     def _sample_and_retire(self, logits: torch.Tensor, start: int = 0) -> None:

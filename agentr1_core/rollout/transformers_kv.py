@@ -159,6 +159,11 @@ class BatchKV:
             layer.expose()
         self._mask = None
 
+    def reserved_bytes(self) -> int:
+        """Bytes of the key/value buffers and the mask as allocated now (rows and columns of headroom included)."""
+        total = sum(t.nbytes for layer in self.layers for t in (layer.kbuf, layer.vbuf) if t is not None)
+        return total + (self._mask.nbytes if self._mask is not None else 0)
+
     @property
     def row_slots(self) -> int:
         """Rows the key/value buffers have room for now (0 when released)."""

@@ -261,6 +261,32 @@ class LocalBackend:
         self.engine.sync_weights()
         return {"publish_seconds": time.perf_counter() - t0}
 
+    def memory_parts(self) -> dict[str, float]:
+        """MiB of what this backend holds, measured on its tensors: the policy's weights (the engine shares them),
+        a separate reference, the critic with its optimizer, the optimizer's state, the gradients an update
+        allocates (one per trainable parameter, freed after each step), the engine's KV buffers at their peak since
+        the last call and its prefix cache; plus the algorithm's own (``memory_parts()`` of a distillation teacher,
+        for instance)."""
+        from agentr1_core.lifecycle.memory import module_mb, optimizer_mb, tensor_mb
+
+        policy = self.policy
+        parts = {"weights": module_mb(policy.model) + module_mb(policy.value_head),
+                 "optimizer": optimizer_mb(self.optimizer),
+                 "gradients": tensor_mb(policy.params)}
+        if policy.ref_model is not None:
+            parts["reference"] = module_mb(policy.ref_model)
+        if policy.critic is not None:
+            critic = policy.critic
+            parts["critic"] = module_mb(critic.model) + module_mb(critic.head) + optimizer_mb(critic.optimizer)
+            parts["gradients"] += tensor_mb(critic.params)
+        engine_parts = getattr(self.engine, "take_memory_stats", None)
+        if callable(engine_parts):
+            parts.update(engine_parts())
+        algorithm_parts = getattr(self.algorithm, "memory_parts", None)
+        if callable(algorithm_parts):
+            parts.update(algorithm_parts())
+        return parts
+
     # -- state ------------------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         trainable = {n: p.detach().clone() for n, p in self.policy.model.named_parameters() if p.requires_grad}

@@ -8,7 +8,7 @@
    (rollout -> step rows -> ``backend.rl_update`` -> ``backend.publish_weights``), validating every
    ``validation.every`` iterations -> validate (``after_rl``);
 4. a checkpoint every ``trainer.checkpoint_every`` iterations and at the end (0: only at the end, < 0: never);
-5. ``summary.json`` and the ``[done]`` line.
+5. ``summary.json`` (with the memory account: each phase's peak resident set by part) and the ``[done]`` line.
 
 After every rollout, episodes that failed are reported and a rollout whose every episode hit an env error stops the
 run (``lifecycle.episode_errors``). Callbacks get ``on_iteration_end(loop, metrics)`` after each RL iteration and,
@@ -30,6 +30,7 @@ from omegaconf import OmegaConf
 from agentr1_core.config import ConfigError, component
 from agentr1_core.lifecycle.checkpoint import check_run_dir
 from agentr1_core.lifecycle.episode_errors import check_expert_steps, report_episode_errors
+from agentr1_core.lifecycle.memory import PhasePeaks, account, account_line, rss_mb
 from agentr1_core.lifecycle.metrics import (
     MetricsLogger, console_line, truncate_metrics, write_episodes, write_train_episodes,
 )
@@ -109,6 +110,8 @@ class TrainingLoop:
         self.last_checkpoint: tuple[int, Path] | None = None
         self.resumed_from: Path | None = None
         self.writer: Any = None
+        self.peaks = PhasePeaks()
+        self.memory_parts: dict[str, float] = {}  # the largest value of each part seen (MiB)
         self._setup_done = False
         self.stages = [str(s) for s in config.stages]
         unknown = [s for s in self.stages if s not in STAGES]
@@ -135,6 +138,7 @@ class TrainingLoop:
         self.sampling, self.val_sampling = sampling_params(cfg)
         name, params = component(cfg, "algorithm")
         self.algorithm = self.registry.build("algorithm", name, params, where="algorithm")
+        self.baseline_mb = rss_mb()  # before any model: interpreter, libraries, datasets
         self.backend_line = self.backend.build(RunInputs(config=cfg, registry=self.registry, run_dir=self.run_dir,
                                                          algorithm=self.algorithm, train_rows=self.train_rows,
                                                          val_rows=self.val_rows))
@@ -192,8 +196,9 @@ class TrainingLoop:
     def validate(self, label: str) -> dict[str, Any] | None:
         if not self.val_rows:
             return None
-        trajs, seconds = self.rollout(self.val_rows, int(self.cfg.validation.n), self.val_sampling,
-                                      desc=f"validate ({label})", prefix=f"val-{label}-")
+        with self.peaks.phase("validation"):
+            trajs, seconds = self.rollout(self.val_rows, int(self.cfg.validation.n), self.val_sampling,
+                                          desc=f"validate ({label})", prefix=f"val-{label}-")
         result = validation_metrics(trajs)
         result.update(label=label, seconds=seconds, iteration=self.iteration, peak_rss_mb=peak_rss_mb())
         report_episode_errors(self, trajs, f"validation {label}", result)
@@ -220,8 +225,10 @@ class TrainingLoop:
         report_episode_errors(self, trajs, "sft expert rollouts", record)
         steps = trajectories_to_rows(trajs)
         check_expert_steps(trajs, len(steps.rows))
-        record.update(sft_steps=len(steps.rows), **self.backend.sft_update(steps))
-        record.update(self.backend.publish_weights(), peak_rss_mb=peak_rss_mb())
+        with self.peaks.phase("sft"):
+            record.update(sft_steps=len(steps.rows), **self.backend.sft_update(steps))
+            record.update(self.backend.publish_weights())
+        record.update(self.memory_metrics(("sft",)), peak_rss_mb=peak_rss_mb())
         self.writer.write(record)
         tok_s = f", {record['update_tok_s']:.0f} tok/s" if "update_tok_s" in record else ""
         print(f"[sft] {len(trajs)} expert episodes (success {expert['success_rate']:.2f}{expert_problems(expert)}), "
@@ -236,8 +243,9 @@ class TrainingLoop:
         self.iteration += 1
         rows = self.data.take(int(cfg.rollout.batch_size))
         self.backend.take_stats()  # start the counters' window at this rollout
-        trajs, seconds = self.rollout(rows, int(cfg.rollout.n), self.sampling, desc=f"rollout {self.iteration}",
-                                      prefix=f"it{self.iteration}-")
+        with self.peaks.phase("rollout"):
+            trajs, seconds = self.rollout(rows, int(cfg.rollout.n), self.sampling,
+                                          desc=f"rollout {self.iteration}", prefix=f"it{self.iteration}-")
         metrics: dict[str, Any] = {"iteration": self.iteration, "data_epoch": self.data.epoch,
                                    **rollout_metrics(trajs, seconds)}
         report_episode_errors(self, trajs, f"iteration {self.iteration}", metrics)
@@ -245,9 +253,11 @@ class TrainingLoop:
         steps = trajectories_to_rows(trajs)
         metrics.update(train_steps=len(steps.rows), nonfinite_logprob_steps=steps.nonfinite_logprob_steps)
         if steps.rows:
-            metrics.update(self.backend.rl_update(steps, trajs, self.iteration))
-            metrics.update(self.backend.publish_weights())
+            with self.peaks.phase("update"):
+                metrics.update(self.backend.rl_update(steps, trajs, self.iteration))
+                metrics.update(self.backend.publish_weights())
         metrics.update(self.backend.take_stats())
+        metrics.update(self.memory_metrics(("rollout", "update")))
         total = int(cfg.trainer.total_steps)
         every = int(cfg.validation.every)
         if every > 0 and self.iteration % every == 0 and self.iteration < total:
@@ -261,6 +271,28 @@ class TrainingLoop:
         for callback in self.callbacks:
             callback.on_iteration_end(self, metrics)
         return metrics
+
+    # -- memory -----------------------------------------------------------------------------------------------------
+    def memory_metrics(self, phases: tuple[str, ...]) -> dict[str, float]:
+        """``memory/<phase>_peak_mb`` of the phases just run and ``memory/<part>_mb`` of what the backend holds."""
+        measure = getattr(self.backend, "memory_parts", None)
+        parts = measure() if callable(measure) else {}
+        for key, value in parts.items():
+            self.memory_parts[key] = max(value, self.memory_parts.get(key, 0.0))
+        out = {f"memory/{p}_peak_mb": self.peaks.last[p] for p in phases if p in self.peaks.last}
+        out.update({f"memory/{k}_mb": v for k, v in parts.items()})
+        return out
+
+    def memory_account(self) -> dict[str, dict[str, float]]:
+        """Each phase's highest peak, laid out by part (``lifecycle.memory.account``). The engine's KV buffers
+        count in the rollout phases only (they are freed while the engine idles), gradients in the update phases."""
+        out = {}
+        for phase, peak in self.peaks.highest.items():
+            generating = phase in ("rollout", "validation")
+            parts = {k: v for k, v in self.memory_parts.items()
+                     if (k not in ("kv_peak", "prefix_cache") or generating) and (k != "gradients" or not generating)}
+            out[phase] = account(parts, peak, self.baseline_mb)
+        return out
 
     def _call_back(self, name: str, *args: Any) -> None:
         """Call ``name(loop, *args)`` on every callback that defines it (``on_iteration_end`` is required)."""
@@ -296,7 +328,9 @@ class TrainingLoop:
         if int(self.cfg.trainer.checkpoint_every) >= 0:
             self.save_checkpoint()  # the final state (a no-op when the last iteration just wrote it)
         self.history.update(wall_seconds=time.perf_counter() - start, peak_rss_mb=peak_rss_mb(),
-                            iterations=self.iteration, seed=int(self.cfg.seed))
+                            iterations=self.iteration, seed=int(self.cfg.seed), memory=self.memory_account())
+        for phase, acc in self.history["memory"].items():
+            print(account_line(phase, acc), flush=True)
         summary = dict(self.history)
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str), encoding="utf-8")
         val = summary.get("validation", {})

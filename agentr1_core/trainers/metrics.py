@@ -6,17 +6,18 @@ Where they go (``metrics.jsonl``, TensorBoard, W&B, the console line) is ``agent
 from __future__ import annotations
 
 import math
-import resource
 import statistics
 from collections import Counter
 from typing import Any, Sequence
 
+from agentr1_core.lifecycle.memory import overall_peak_mb
 from agentr1_core.mdp import Trajectory
 
 
 def peak_rss_mb() -> float:
-    """Peak resident memory of this process in MiB (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    """Peak resident memory of this process in MiB, since it started (``lifecycle.memory`` resets the kernel's
+    mark per phase and keeps the overall peak)."""
+    return overall_peak_mb()
 
 
 def expert_problems(expert: dict[str, Any]) -> str:

@@ -50,8 +50,17 @@ def test_tiny_run_trains_end_to_end(tmp_path, capsys):
     assert it["grad_norm"] > 0 and it["loss"] == it["loss"]  # entropy_coef gives a gradient; loss is not NaN
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["iterations"] == 1 and summary["seed"] == 3
+    # the memory account: each phase's peak by part; the policy's fp32 weights are measured on its tensors
+    acc = summary["memory"]
+    assert set(acc) == {"validation", "sft", "rollout", "update"}
+    assert all(abs(a["peak"] - a["baseline"] - a["unexplained"] - sum(v for k, v in a.items() if k not in (
+        "peak", "baseline", "unexplained"))) < 0.5 for a in acc.values())
+    assert 500 < acc["update"]["weights"] < 530 and acc["update"]["gradients"] > 0  # SmolLM2-135M, fp32
+    assert acc["rollout"]["kv_peak"] > 0 and "kv_peak" not in acc["update"]
+    assert it["memory/rollout_peak_mb"] > acc["rollout"]["baseline"] + acc["rollout"]["weights"]
+    assert summary["peak_rss_mb"] >= max(a["peak"] for a in acc.values()) - 0.1  # the account rounds to 0.1
     out = capsys.readouterr().out
-    assert "it 1/1 | reward" in out and "[done]" in out
+    assert "it 1/1 | reward" in out and "[done]" in out and "[memory update] peak" in out
 
 
 @pytest.mark.slow
