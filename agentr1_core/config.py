@@ -86,6 +86,7 @@ class TrainerConfig:
     share_prefix: int = 32  # a micro-batch's common token prefix of at least this many tokens runs once (0: off)
     skip_inert_rows: bool = True  # rows with zero loss and gradient (a GRPO group of equal rewards) are not run
     onednn_linears: bool = True  # on CPU, passes without gradients run linear layers through oneDNN (cpu_linears)
+    activation_checkpointing: bool = False  # recompute the blocks' activations in the backward pass (less memory)
     mini_batches: int = 1  # optimizer steps per update pass
     update_epochs: int = 1  # passes over one rollout batch
     recompute_old_logprobs: str = "auto"  # auto | true | false (auto: several steps per rollout or a foreign engine)

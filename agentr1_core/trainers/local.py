@@ -43,6 +43,16 @@ from agentr1_core.trainers.update import (
 )
 
 
+def enable_activation_checkpointing(model: Any) -> None:
+    """Recompute every decoder block's activations in the backward pass (non-reentrant checkpoints: frozen blocks
+    and LoRA need no input gradients). transformers 5 calls it ``activation_checkpointing_enable``."""
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    if enable is not None:
+        enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
 def resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
@@ -154,9 +164,12 @@ class LocalBackend:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup > 0 else 1.0)
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        if bool(tr.activation_checkpointing):  # only while training: the engine and scoring run in eval mode
+            enable_activation_checkpointing(policy_model)
         self.policy = Policy(model=policy_model, pad_id=int(pad_id), device=self.device, value_head=value_head,
                              ref_model=ref_model, ref_context=ref_context, critic=critic,
                              share_prefix=int(tr.share_prefix), onednn_linears=bool(tr.onednn_linears),
+                             activation_checkpointing=bool(tr.activation_checkpointing),
                              params=trainable + (list(value_head.parameters()) if value_head is not None else []))
         self.policy.model.eval()
         name, params = component(cfg, "engine")

@@ -63,10 +63,17 @@ class Policy:
     critic: Critic | None = None  # a separate critic model (instead of value_head)
     share_prefix: int = 0  # run a micro-batch's common token prefix once when it is at least this long (0: never)
     onednn_linears: bool = False  # on CPU, the linear layers of passes without gradients go through oneDNN
+    activation_checkpointing: bool = False  # the model recomputes its blocks' activations in the backward pass
 
     @property
     def has_critic(self) -> bool:
         return self.value_head is not None or self.critic is not None
+
+    @property
+    def grad_share_prefix(self) -> int:
+        """``share_prefix`` for the passes with gradients: off under activation checkpointing (a recomputed block
+        would write its keys into the shared prefix's cache a second time)."""
+        return 0 if self.activation_checkpointing else self.share_prefix
 
     def linears(self) -> contextlib.AbstractContextManager:
         """Where this policy's passes compute their linear layers: oneDNN on CPU when asked, else ``F.linear``."""
@@ -383,12 +390,12 @@ def policy_update(policy: Policy, algorithm: Algorithm, optimizer: torch.optim.O
                 if not active:  # what the full pass would leave: zero loss and gradients; the optimizer steps the same
                     zero_grads(policy.params)
                     sums = {"policy_loss": 0.0, "pg_loss": 0.0, "loss": 0.0}
-            for idx in micro_batches(active, rows, micro_batch_size, policy.share_prefix):
+            for idx in micro_batches(active, rows, micro_batch_size, policy.grad_share_prefix):
                 sub = _sub_batch(batch, idx).to(policy.device)
                 if denominators is not None:
                     sub.extras = {**sub.extras, "loss_denominators": denominators}
                 share = 1.0 if denominators is not None else len(idx) / len(mini)
-                inputs = collate([rows[i] for i in idx], policy.pad_id, policy.share_prefix).to(policy.device)
+                inputs = collate([rows[i] for i in idx], policy.pad_id, policy.grad_share_prefix).to(policy.device)
                 out, values = forward_with_values(policy, inputs, width, temperature, with_entropy=True,
                                              with_values=use_critic)
                 if gap is not None and epoch == 0 and m == 0:
@@ -466,9 +473,9 @@ def sft_update(policy: Policy, optimizer: torch.optim.Optimizer, rows: Sequence[
                 chunk = order[b:b + batch_size]
                 tokens_in_chunk = sum(len(rows[i].response_ids) for i in chunk) or 1
                 loss_ok = True
-                for idx in micro_batches(chunk, rows, micro_batch_size, policy.share_prefix):
+                for idx in micro_batches(chunk, rows, micro_batch_size, policy.grad_share_prefix):
                     sub = [rows[i] for i in idx]
-                    inputs = collate(sub, policy.pad_id, policy.share_prefix).to(policy.device)
+                    inputs = collate(sub, policy.pad_id, policy.grad_share_prefix).to(policy.device)
                     width = max(len(r.response_ids) for r in sub) or 1
                     out = response_forward(policy.model, inputs, width)
                     resp_tokens = sum(len(r.response_ids) for r in sub)

@@ -166,7 +166,8 @@ def verl_config(cfg: Any, algorithm: Any, n_gpus: int = 1, nnodes: int = 1, mode
         "fsdp_config": engine,
         "checkpoint": {"save_contents": ["model", "optimizer", "extra"]},
     }
-    model = {"path": path, "use_remove_padding": True, "enable_gradient_checkpointing": False,
+    checkpointing = bool(getattr(tr, "activation_checkpointing", False))
+    model = {"path": path, "use_remove_padding": True, "enable_gradient_checkpointing": checkpointing,
              "lora_rank": int(lora.r) if lora.enabled else 0, "lora_alpha": int(lora.alpha),
              "target_modules": list(lora.target_modules), "override_config": {"attn_implementation": attn}}
     rollout = {"name": "vllm", "mode": "async", "temperature": float(ro.temperature), "top_p": float(ro.top_p),
@@ -185,7 +186,7 @@ def verl_config(cfg: Any, algorithm: Any, n_gpus: int = 1, nnodes: int = 1, mode
         value_clip = getattr(algorithm, "value_clip", None)
         out["critic"] = {
             "enable": True, "strategy": actor["strategy"],
-            "model": {"path": path, "use_remove_padding": True, "enable_gradient_checkpointing": False,
+            "model": {"path": path, "use_remove_padding": True, "enable_gradient_checkpointing": checkpointing,
                       "override_config": {"attn_implementation": attn}},
             "optim": {"lr": float(tr.critic_lr), "weight_decay": float(tr.weight_decay),
                       "betas": [float(b) for b in tr.betas], "total_training_steps": int(tr.total_steps)},

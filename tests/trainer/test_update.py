@@ -40,9 +40,14 @@ def _rows(model, pad_id: int, lengths=((5, 2), (9, 2), (4, 20), (7, 20)), noise:
     return rows, batch
 
 
-def _update_delta(model, rows, batch, algo, micro: int, critic: str = "none", mini_batches: int = 1):
+def _update_delta(model, rows, batch, algo, micro: int, critic: str = "none", mini_batches: int = 1,
+                  checkpointing: bool = False, share_prefix: int = 0):
     """Parameter change of one ``policy_update`` with plain SGD at lr 1 (so the change is minus the gradient)."""
     policy_model = copy.deepcopy(model).train()
+    if checkpointing:
+        from agentr1_core.trainers.local import enable_activation_checkpointing
+
+        enable_activation_checkpointing(policy_model)
     torch.manual_seed(0)
     head = torch.nn.Linear(model.config.hidden_size, 1) if critic != "none" else None
     sep = None
@@ -53,7 +58,8 @@ def _update_delta(model, rows, batch, algo, micro: int, critic: str = "none", mi
                      max_grad_norm=0.0)
         head = None
     params = list(policy_model.parameters()) + (list(head.parameters()) if head is not None else [])
-    policy = Policy(model=policy_model, pad_id=0, value_head=head, params=params, critic=sep)
+    policy = Policy(model=policy_model, pad_id=0, value_head=head, params=params, critic=sep,
+                    activation_checkpointing=checkpointing, share_prefix=share_prefix)
     b = copy.deepcopy(batch)
     if algo.needs_critic:
         b.values = torch.tensor([0.1, -0.2, 0.3, 0.0])
@@ -298,3 +304,19 @@ def test_no_row_is_inert_with_an_entropy_bonus_a_kl_term_or_a_critic(tiny_model)
         if algo.needs_critic:
             b.values = torch.zeros(8)
         assert algo.inert_rows(b, algo.compute_advantages(b).advantages) is None, name
+
+
+def test_activation_checkpointing_gives_the_same_update(tiny_model):
+    """Recomputing the blocks in the backward pass changes memory, not the gradient; a shared prefix (whose cache a
+    recomputed block would write twice) is not used for the passes with gradients then."""
+    rows, batch = _rows(tiny_model, 0, lengths=((40, 3), (40, 5), (40, 4), (40, 6)))
+    for i in range(1, len(rows)):  # a long common prompt: share_prefix would apply
+        rows[i].prompt_ids = list(rows[0].prompt_ids)
+    batch = build_step_batch(rows)
+    algo = ALGORITHM_CLASSES["grpo"](entropy_coef=0.01)
+    plain, plain_metrics, _ = _update_delta(tiny_model, rows, batch, algo, 4, share_prefix=8)
+    ckpt, ckpt_metrics, policy = _update_delta(tiny_model, rows, batch, algo, 4, checkpointing=True, share_prefix=8)
+    assert policy.grad_share_prefix == 0 and policy.share_prefix == 8
+    assert ckpt.abs().max() > 0
+    torch.testing.assert_close(ckpt, plain, rtol=1e-4, atol=1e-6)
+    assert ckpt_metrics["loss"] == pytest.approx(plain_metrics["loss"], rel=1e-5)
