@@ -285,12 +285,13 @@ class TrainingLoop:
 
     def memory_account(self) -> dict[str, dict[str, float]]:
         """Each phase's highest peak, laid out by part (``lifecycle.memory.account``). The engine's KV buffers
-        count in the rollout phases only (they are freed while the engine idles), gradients in the update phases."""
+        count in the rollout phases only (they are freed while the engine idles), gradients in the update phases;
+        the prefix cache in every phase (it is dropped only when the next rollout sees new weights)."""
         out = {}
         for phase, peak in self.peaks.highest.items():
             generating = phase in ("rollout", "validation")
             parts = {k: v for k, v in self.memory_parts.items()
-                     if (k not in ("kv_peak", "prefix_cache") or generating) and (k != "gradients" or not generating)}
+                     if (k != "kv_peak" or generating) and (k != "gradients" or not generating)}
             out[phase] = account(parts, peak, self.baseline_mb)
         return out
 
