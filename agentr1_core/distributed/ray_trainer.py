@@ -140,17 +140,23 @@ class TrainerActor:
 
 def user_error_behind(exc: BaseException) -> BaseException | None:
     """The exception a user should see behind a Ray error from the trainer actor: a one-line user error (exit 2) or
-    a ``RunStopped`` (exit 128 + signal); None for anything else (a bug: its traceback is shown)."""
-    from agentr1_core.lifecycle.stop import RunStopped
+    a ``RunStopped`` (exit 128 + signal), as it was raised in the actor (Ray's wrappers, which are instances of the
+    remote type too, carry its traceback in their text); None for anything else (a bug: its traceback is shown)."""
     from agentr1_core.errors import UserError
+    from agentr1_core.lifecycle.stop import RunStopped
 
+    found = None
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
         if isinstance(exc, (UserError, RunStopped)):
-            return exc
+            found = exc  # keep going: the innermost one is the original
         exc = getattr(exc, "cause", None) or exc.__cause__  # Ray's task errors carry the remote exception in .cause
-    return None
+    if found is None or "\n" not in str(found):
+        return found
+    if isinstance(found, RunStopped):
+        return RunStopped(str(found).splitlines()[-1], found.signum)
+    return UserError(next((ln.strip() for ln in reversed(str(found).splitlines()) if ln.strip()), str(found)))
 
 
 class RayTrainer:

@@ -18,7 +18,7 @@ import pytest
 from agentr1_core.lifecycle.checkpoint import MARKER, list_checkpoints
 from agentr1_core.lifecycle.metrics import read_metrics
 
-TIMING_WORDS = ("seconds", "tok_s", "peak_rss", "latency")
+TIMING_WORDS = ("seconds", "tok_s", "peak_rss", "latency", "memory")
 ENGINE_STATE_WORDS = ("prefix_", "logprob_gap")
 
 

@@ -53,14 +53,14 @@ def held_out_distance(trainer: Any, algorithm: Any, rows: list[dict[str, Any]], 
 
         truths = [ground_truth_text(trajs[r.traj].info.get("reward_model")) for r in flat]
     prompts = teacher.prompts(steps, flat, truths, algorithm.context)
-    student = trainer.policy.model
+    student = trainer.backend.policy.model
     student.eval()
     kls, agree, per_step = [], [], []
     for row, prompt in zip(flat, prompts):
         if prompt.ids is None or not row.response_ids:
             continue
         kl, ok = step_distance(student, teacher.model, row.prompt_ids, prompt.ids, row.response_ids,
-                               trainer.device)
+                               trainer.backend.device)
         kls.append(kl)
         agree.append(ok)
         per_step.append(float(kl.sum()))
