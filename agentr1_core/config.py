@@ -87,6 +87,7 @@ class TrainerConfig:
     skip_inert_rows: bool = True  # rows with zero loss and gradient (a GRPO group of equal rewards) are not run
     onednn_linears: bool = True  # on CPU, passes without gradients run linear layers through oneDNN (cpu_linears)
     activation_checkpointing: bool = False  # recompute the blocks' activations in the backward pass (less memory)
+    mmap_threshold_kb: int = 0  # glibc: blocks above this go back to the OS when freed (0: the allocator's own)
     mini_batches: int = 1  # optimizer steps per update pass
     update_epochs: int = 1  # passes over one rollout batch
     recompute_old_logprobs: str = "auto"  # auto | true | false (auto: several steps per rollout or a foreign engine)

@@ -39,10 +39,12 @@ def run(cfg: DictConfig, overwrite: bool = False) -> Any:
     """Check everything (``preflight``), prepare the run directory (``lifecycle.run_dir``), then train. A first
     SIGTERM or SIGINT stops the run after the current iteration, with a checkpoint."""
     from agentr1_core.lifecycle.checkpoint import check_run_dir
+    from agentr1_core.lifecycle.memory import set_mmap_threshold
     from agentr1_core.lifecycle.run_dir import prepare_run_dir
     from agentr1_core.lifecycle.stop import GracefulStop
     from agentr1_core.preflight import preflight
 
+    set_mmap_threshold(int(cfg.trainer.mmap_threshold_kb))  # before anything large is allocated
     registry = configure_registry(cfg.plugins.allow, cfg.plugins.block)
     created = _missing_dirs(Path(str(cfg.run_dir)))
     try:

@@ -31,7 +31,7 @@ AT_LEAST: dict[str, float] = {
     "trainer.micro_batch_size": 1, "trainer.mini_batches": 1, "trainer.update_epochs": 1,
     "trainer.warmup_steps": 0, "trainer.critic_lr": 0.0, "trainer.value_coef": 0.0, "trainer.train_layers": 0,
     "trainer.threads": 0, "trainer.keep_checkpoints": 1, "trainer.min_free_gb": 0.0,
-    "trainer.keep_train_episodes": 0,
+    "trainer.keep_train_episodes": 0, "trainer.mmap_threshold_kb": 0,
     "model.lora.r": 1, "model.lora.alpha": 1, "model.lora.dropout": 0.0,
 }
 

@@ -52,6 +52,7 @@ class RolloutWorker:
         from omegaconf import OmegaConf
 
         from agentr1_core.config import RunConfig, component
+        from agentr1_core.lifecycle.memory import set_mmap_threshold
         from agentr1_core.plugins import configure_registry
 
         import torch
@@ -60,6 +61,7 @@ class RolloutWorker:
             torch.set_num_threads(int(threads))
         self.index = int(worker_index)
         self.cfg = OmegaConf.merge(OmegaConf.structured(RunConfig), config)
+        set_mmap_threshold(int(self.cfg.trainer.mmap_threshold_kb))
         self.registry = configure_registry(list(self.cfg.plugins.allow), list(self.cfg.plugins.block))
         self.weights_version = 0
         self.calls = 0
@@ -165,9 +167,11 @@ class RolloutWorker:
     async def run_episodes(self, episodes: list[tuple[dict[str, Any], str, str]], sampling: SamplingParams,
                            policy: str = "model", weights: tuple[int, list[Any]] | None = None) -> dict[str, Any]:
         from agentr1_core.flows import FlowContext
+        from agentr1_core.lifecycle.memory import trim
         from agentr1_core.rollout.driver import run_episode
 
         t_start = time.perf_counter()
+        trim()  # the last chunk's KV buffers, freed while the engine idled, go back to the OS
         self._check_engine()
         if getattr(self.engine, "asleep", False):
             self.wake_up()

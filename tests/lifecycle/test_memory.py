@@ -52,3 +52,14 @@ def test_the_account_leaves_the_rest_unexplained():
     assert acc == {"weights": 500.0, "kv_peak": 100.0, "baseline": 250.0, "unexplained": 350.0, "peak": 1200.0}
     assert account_line("rollout", acc) == ("[memory rollout] peak 1200 MiB = baseline 250 + weights 500 + kv_peak 100 "
                                             "+ unexplained 350")
+
+
+@linux
+def test_the_mmap_threshold_and_the_trim_reach_glibc_in_a_fresh_process():
+    """``trainer.mmap_threshold_kb`` reaches glibc's mallopt (0 leaves the allocator alone); ``trim`` runs."""
+    import subprocess
+
+    code = ("from agentr1_core.lifecycle.memory import set_mmap_threshold as s, trim; "
+            "print(s(128), s(0), s(-1), trim())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out[:3] == ["True", "False", "False"] and out[3] in ("True", "False")  # trim: False when nothing was free
