@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from agentr1_core.components import build_reward_fn, check_components  # noqa: F401  (also importable from here)
 from agentr1_core.plugins import configure_registry
@@ -49,7 +49,11 @@ def run(cfg: DictConfig, overwrite: bool = False) -> Any:
     created = _missing_dirs(Path(str(cfg.run_dir)))
     try:
         check_run_dir(cfg.run_dir, int(float(cfg.trainer.min_free_gb) * 1024 ** 3))  # unwritable / full: fail now
-        preflight(cfg, registry, keep_rows=str(cfg.trainer.name) == "local")
+        # the rows checked here are the rows the training loop trains on, when it runs in this process
+        name = str(cfg.trainer.name)
+        in_actor = name == "ray" and OmegaConf.select(cfg, "trainer.params.trainer_in_actor", default=True)
+        in_process = name in ("local", "verl") or (name == "ray" and not in_actor)
+        preflight(cfg, registry, keep_rows=in_process)
         prepare_run_dir(cfg, overwrite=overwrite)
     except BaseException:
         _remove_empty(created)  # a refused run leaves no trace
