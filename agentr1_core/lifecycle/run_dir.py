@@ -33,7 +33,7 @@ from agentr1_core.lifecycle.checkpoint import latest_checkpoint
 CONFIG_FILE = "config.yaml"
 VERL_STATE_FILE = "agentr1_state.json"  # the verl trainer's state file, written last into verl_iter_N
 RUN_FILES = ("metrics.jsonl", "tb", "checkpoints", "summary.json", CONFIG_FILE, "curves.png", "episodes", "errors.log",
-             "view.html")
+             "view.html", "reference_model")  # reference_model: the verl backend's KL reference after SFT
 
 
 # What a resumed run may change: how long it goes and how it checkpoints, validates and uses the machine. Everything
