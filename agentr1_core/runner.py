@@ -13,7 +13,6 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from agentr1_core.components import build_reward_fn, check_components  # noqa: F401  (also importable from here)
 from agentr1_core.plugins import configure_registry
 
 

@@ -120,7 +120,7 @@ def default_config(overrides: Sequence[str] = (), run_dir: str | None = None):
 def make_trainer(cfg):
     """A set-up ``LocalTrainer`` (model, engine, env, flow, reward, algorithm, data) for ``cfg``."""
     from agentr1_core.plugins import configure_registry
-    from agentr1_core.runner import check_components
+    from agentr1_core.components import check_components
     from agentr1_core.trainers.local import LocalTrainer
 
     registry = configure_registry(cfg.plugins.allow, cfg.plugins.block)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import resource
 from pathlib import Path
 from typing import Any, Iterable
@@ -36,7 +37,9 @@ MB = 2 ** 20
 M_MMAP_THRESHOLD = -3  # mallopt's parameter number in glibc's malloc.h
 
 
+@functools.lru_cache(maxsize=1)
 def _libc() -> Any:
+    """The C library, loaded once (``trim`` runs at every phase boundary)."""
     name = ctypes.util.find_library("c")
     try:
         return ctypes.CDLL(name) if name else None

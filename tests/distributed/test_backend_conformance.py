@@ -22,14 +22,13 @@ import random
 import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-MAIN_PYTHON = ROOT / ".venv" / "bin" / "python"
-VERL_PYTHON = ROOT / ".venv-verl" / "bin" / "python"
 pytestmark = pytest.mark.slow
 
 BACKENDS = {
@@ -59,19 +58,14 @@ VALIDATION_KEYS = {"event", "label", "iteration", "reward_mean", "success_rate",
                    "terminations", "tool_errors", "seconds", "peak_rss_mb"}
 
 
-def python_for(backend: str) -> Path:
-    python = VERL_PYTHON if backend == "verl" else MAIN_PYTHON
-    if not python.is_file():
-        message = f"{python} is missing (bash scripts/setup_verl.sh creates it)"
-        if os.environ.get("AGENTR1_CI") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
-    return python
-
-
-def command(backend: str, model: str, run_dir: Path, *overrides: str) -> list[str]:
-    return [str(python_for(backend)), "-m", "agentr1_core.cli", "run", "tiny", f"model.path={model}",
+def command(python: Path, backend: str, model: str, run_dir: Path, *overrides: str) -> list[str]:
+    return [str(python), "-m", "agentr1_core.cli", "run", "tiny", f"model.path={model}",
             f"run_dir={run_dir}", *BACKENDS[backend], *overrides]
+
+
+def python_for(backend: str, request: pytest.FixtureRequest) -> Path:
+    """verl runs in its own environment (the ``verl_python`` fixture); local and ray in this one."""
+    return request.getfixturevalue("verl_python") if backend == "verl" else Path(sys.executable)
 
 
 def environment(**extra: str) -> dict[str, str]:
@@ -127,9 +121,9 @@ def loop_state(run_dir: Path) -> dict:
 
 
 @pytest.mark.parametrize("backend", list(BACKENDS))
-def test_stages_stop_and_resume_agree_on_every_backend(backend, tiny_model_dir, tmp_path):
+def test_stages_stop_and_resume_agree_on_every_backend(backend, tiny_model_dir, tmp_path, request):
     run_dir = tmp_path / backend
-    cmd = command(backend, tiny_model_dir, run_dir, *SCENARIO)
+    cmd = command(python_for(backend, request), backend, tiny_model_dir, run_dir, *SCENARIO)
     code, out = run_until_first_iteration_then_sigterm(cmd, run_dir)
     assert code == 128 + signal.SIGTERM, out[-6000:]
     assert "stopped by SIGTERM after iteration" in out and "continue with --resume" in out, out[-3000:]
@@ -176,9 +170,9 @@ def test_stages_stop_and_resume_agree_on_every_backend(backend, tiny_model_dir, 
 
 
 @pytest.mark.parametrize("backend", list(BACKENDS))
-def test_a_run_whose_every_episode_fails_stops_on_every_backend(backend, tiny_model_dir, tmp_path):
+def test_a_run_whose_every_episode_fails_stops_on_every_backend(backend, tiny_model_dir, tmp_path, request):
     run_dir = tmp_path / backend
-    cmd = command(backend, tiny_model_dir, run_dir, "stages=[rl]", "data.val=null", "trainer.total_steps=2",
+    cmd = command(python_for(backend, request), backend, tiny_model_dir, run_dir, "stages=[rl]", "data.val=null", "trainer.total_steps=2",
                   "env.name=faulty_env", "env.tools=[echo]", "rollout.max_turns=2",
                   "data.train={name: fault_rows, repeats: 4, kinds: [env_step_raises]}")
     proc = subprocess.run(cmd, cwd=ROOT, env=environment(AGENTR1_PLUGIN_MODULES="agentr1_core.testing.faults"),

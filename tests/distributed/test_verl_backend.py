@@ -17,18 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-VERL_PYTHON = ROOT / ".venv-verl" / "bin" / "python"
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def verl_python() -> Path:
-    if not VERL_PYTHON.is_file():
-        message = f"{VERL_PYTHON} is missing (create it with: bash scripts/setup_verl.sh)"
-        if os.environ.get("AGENTR1_CI") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
-    return VERL_PYTHON
 
 
 def run_verl(python: Path, args: list[str], timeout: int = 900) -> subprocess.CompletedProcess:
