@@ -91,6 +91,9 @@ class TrainerConfig:
     mini_batches: int = 1  # optimizer steps per update pass
     update_epochs: int = 1  # passes over one rollout batch
     recompute_old_logprobs: str = "auto"  # auto | true | false (auto: several steps per rollout or a foreign engine)
+    max_staleness: int = 0  # rollouts run ahead of the update with weights up to this many updates old (0: in turn)
+    off_policy_correction: str = "none"  # none | tis | decoupled (losses.OffPolicyCorrection)
+    importance_cap: float = 2.0  # importance weights of the off-policy correction are truncated here
     warmup_steps: int = 0
     ref_model: Any = False  # KL reference: true = the policy at the start of RL (also implied by kl_coef > 0); a path
     critic_lr: float = 1e-5

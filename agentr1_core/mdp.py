@@ -81,6 +81,7 @@ class Step:
     anchor: str | None = None
     info: dict[str, Any] = field(default_factory=dict)
     observation: Observation | None = None  # what prompt_ids were rendered from (e.g. for a teacher's template)
+    policy_version: int = 0  # RL updates the sampling weights had seen (``trainer.max_staleness``)
 
     @property
     def num_tokens(self) -> int:

@@ -63,7 +63,9 @@ class PolicyGradientAlgorithm(Algorithm):
                     entropy: torch.Tensor | None = None) -> LossOutput:
         return policy_loss(logprobs, batch.old_logprobs, advantages, batch.action_mask, self.loss_config,
                            ref_logprobs=batch.ref_logprobs, entropy=entropy,
-                           denominators=batch.extras.get("loss_denominators"))
+                           denominators=batch.extras.get("loss_denominators"),
+                           behaviour_logprobs=batch.extras.get("rollout_logprobs"),
+                           correction=batch.extras.get("off_policy"))
 
 
 class GRPO(PolicyGradientAlgorithm):

@@ -21,6 +21,21 @@ the mini-batch count, and the micro-batch losses add up to the mini-batch loss. 
 the rows given are used (one micro-batch = the whole mini-batch).
 
 An empty batch (no valid token) gives loss 0 that is still connected to ``logprobs`` (zero gradient).
+
+Off-policy correction (``OffPolicyCorrection``, the trainer's ``trainer.off_policy_correction``) for tokens sampled
+by other weights than the ones the update starts from (rollouts up to ``trainer.max_staleness`` updates old, or an
+engine whose numerics differ from the trainer's). ``behaviour`` is the engine's sampling log-prob ``mu``:
+
+* ``decoupled`` (decoupled PPO): ``old_logprobs`` are the proximal policy's, recomputed by the trainer at the start
+  of the update; the algorithm's surrogate takes its ratio to them (the trust region is around the proximal policy)
+  and each token's term is multiplied by the importance weight ``w = min(exp(old - mu), cap)`` (no gradient);
+* ``tis`` (truncated importance sampling, no recomputation): each token's policy-gradient term is replaced by
+  ``-A * w * exp(lp - sg(lp))`` with ``w = min(exp(sg(lp) - mu), cap)``: its value is ``-A w``, its gradient
+  ``-A w grad(lp)``, so an update follows the importance-weighted policy gradient, truncated at ``cap``, whatever
+  the algorithm's ``loss_type``.
+
+Both report ``offpolicy/is_weight_mean``, ``offpolicy/is_weight_max`` (before the cap) and
+``offpolicy/is_capped_fraction`` over the valid tokens.
 """
 
 from __future__ import annotations
@@ -35,6 +50,7 @@ from agentr1_core.algorithms.segments import check_choice
 LOSS_TYPES = ("reinforce", "ppo", "gspo")
 LOSS_AGGS = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
 KL_ESTIMATORS = ("k1", "k2", "k3")
+OFF_POLICY_MODES = ("none", "tis", "decoupled")
 LOG_RATIO_LIMIT = 20.0
 GSPO_LOG_RATIO_MAX = 10.0
 K3_MAX = 10.0
@@ -63,6 +79,23 @@ class PolicyLossConfig:
             raise ValueError(f"clip_ratio_c must be > 1 (or None to disable), got {self.clip_ratio_c}")
         if self.kl_coef < 0 or self.entropy_coef < 0:
             raise ValueError("kl_coef and entropy_coef must be >= 0")
+
+
+@dataclass(frozen=True)
+class OffPolicyCorrection:
+    """How the policy loss corrects for stale or mismatched sampling (see the module docstring)."""
+
+    mode: str = "none"  # none | tis | decoupled
+    cap: float = 2.0  # importance weights are truncated at this value
+
+    def __post_init__(self) -> None:
+        check_choice("off_policy_correction", self.mode, OFF_POLICY_MODES)
+        if not self.cap >= 1.0:
+            raise ValueError(f"the importance weight cap must be >= 1, got {self.cap}")
+
+    @property
+    def active(self) -> bool:
+        return self.mode != "none"
 
 
 @dataclass(frozen=True)
@@ -150,10 +183,37 @@ def gspo_ratio(lp: torch.Tensor, old: torch.Tensor, valid: torch.Tensor) -> torc
     return torch.exp(log_ratio.clamp(-LOG_RATIO_LIMIT, GSPO_LOG_RATIO_MAX))
 
 
+def importance_weights(target: torch.Tensor, behaviour: torch.Tensor, valid: torch.Tensor,
+                       cap: float) -> tuple[torch.Tensor, dict[str, float]]:
+    """``min(exp(target - behaviour), cap)`` per token (no gradient) and its ``offpolicy/*`` metrics over ``valid``
+    (mean and max before the cap, the fraction of tokens capped)."""
+    raw = torch.exp((target.detach() - behaviour.detach()).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT))
+    raw = torch.where(valid, raw, torch.ones_like(raw))
+    metrics = {"offpolicy/is_weight_mean": masked_mean(raw, valid),
+               "offpolicy/is_weight_max": float(raw[valid].max()) if bool(valid.any()) else 1.0,
+               "offpolicy/is_capped_fraction": masked_mean((raw > cap).to(raw.dtype), valid)}
+    return raw.clamp(max=cap), metrics
+
+
+def corrected_pg(pg: torch.Tensor, lp: torch.Tensor, old: torch.Tensor, adv: torch.Tensor, behaviour: torch.Tensor,
+                 valid: torch.Tensor, correction: OffPolicyCorrection) -> tuple[torch.Tensor, dict[str, float]]:
+    """The per-token policy-gradient term with the off-policy ``correction`` applied, and the weights' metrics."""
+    if correction.mode == "decoupled":
+        weight, metrics = importance_weights(old, behaviour, valid, correction.cap)
+        return pg * weight, metrics
+    weight, metrics = importance_weights(lp, behaviour, valid, correction.cap)
+    return -adv * weight * torch.exp(lp - lp.detach()), metrics
+
+
 def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
                 action_mask: torch.Tensor, cfg: PolicyLossConfig, ref_logprobs: torch.Tensor | None = None,
-                entropy: torch.Tensor | None = None, denominators: LossDenominators | None = None) -> LossOutput:
-    """Policy-gradient loss (+ KL penalty, − entropy bonus) per ``cfg``; see the module docstring."""
+                entropy: torch.Tensor | None = None, denominators: LossDenominators | None = None,
+                behaviour_logprobs: torch.Tensor | None = None,
+                correction: OffPolicyCorrection | None = None) -> LossOutput:
+    """Policy-gradient loss (+ KL penalty, − entropy bonus) per ``cfg``, with the off-policy ``correction``
+    against ``behaviour_logprobs`` (default: ``old_logprobs``); see the module docstring."""
+    correction = correction if correction is not None and correction.active else None
+    behaviour = behaviour_logprobs if behaviour_logprobs is not None else old_logprobs
     use_kl = cfg.kl_coef > 0
     if use_kl and ref_logprobs is None:
         raise ValueError("kl_coef > 0 needs ref_logprobs")
@@ -164,6 +224,8 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
     lp_ok = torch.isfinite(logprobs) & torch.isfinite(old_logprobs)
     if use_kl:
         lp_ok &= torch.isfinite(ref_logprobs)
+    if correction is not None:
+        lp_ok &= torch.isfinite(behaviour)
     ent_ok = torch.isfinite(entropy) if entropy is not None else torch.ones_like(mask)
     if cfg.entropy_coef > 0:  # a token whose entropy cannot enter the loss is dropped from it, and counted
         lp_ok &= ent_ok
@@ -184,6 +246,9 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
     else:
         ratio = gspo_ratio(lp, old, valid)
         pg, clip_on, _ = clipped_surrogate(adv, ratio, cfg, dual=False)
+    weight_metrics: dict[str, float] = {}
+    if correction is not None:
+        pg, weight_metrics = corrected_pg(pg, lp, old, adv, clean(behaviour), valid, correction)
     pg_loss = aggregate(pg, valid, cfg.loss_agg, denominators)
     loss = pg_loss
     log_r = (lp - old).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
@@ -195,6 +260,7 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
         "ratio_mean": masked_mean(ratio, valid),
         "valid_tokens": float(valid.sum().item()),
         "nonfinite_logprob_tokens": float((mask & ~lp_ok).sum().item()),
+        **weight_metrics,
     }
     if ref_logprobs is not None:
         kl = kl_penalty(lp, clean(ref_logprobs), cfg.kl_estimator)

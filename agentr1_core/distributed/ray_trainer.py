@@ -7,13 +7,14 @@ the in-process engine; everything else (SFT, advantages, policy update, state) i
 the loop is the one every backend runs, so the same config produces the same stages and metric keys, plus
 ``dist/*`` counters (worker failures, re-run and dropped episodes, weight publish/apply seconds, dispatch overhead).
 
-``publish_weights`` syncs the trainer's engine and publishes a CPU snapshot of the changed weights to the object
-store, which each worker applies before its next episodes.
+``publish_weights`` publishes a CPU snapshot of the changed weights (``snapshot_weights``) to the object store,
+which each worker applies before its next episodes.
 
 Memory. The GPU-dependent settings left ``null`` come from the memory plan (``settings.memory_plan``) once Ray is up.
 When the rollout engines share a GPU with the trainer and have a sleep mode (vLLM, colocated), they are put to sleep
 (level 1: the trainer sends only the trainable weights) right after each rollout, so that the update gets their
-memory; they wake up by themselves when the next rollout reaches them. Engine failures stop the run with
+memory; they wake up by themselves when the next rollout reaches them. Not with ``trainer.max_staleness`` > 0:
+rollouts then run beside the update. Engine failures stop the run with
 ``RolloutEngineError`` (one line, exit code 2).
 
 The trainer process keeps a ``transformers`` engine on the shared module (the local trainer builds one) but generates
@@ -76,14 +77,17 @@ class RayBackend(LocalBackend):
               f"(pids {[w['pid'] for w in self.pool.worker_info]})", flush=True)
         return line + f"; {len(self.pool.workers)} Ray rollout workers"
 
-    def publish_weights(self) -> dict[str, Any]:
+    def snapshot_weights(self) -> dict[str, Any]:
+        """The weights the workers need (``weights.engine_state``: CPU copies, LoRA merged)."""
         from agentr1_core.distributed.weights import engine_state
 
-        metrics = super().publish_weights()
         model = self.policy.model
-        engine_model = model.get_base_model() if hasattr(model, "get_base_model") else model
-        self.pool.publish(engine_state(model, engine_model))
-        return metrics
+        return engine_state(model, model.get_base_model() if hasattr(model, "get_base_model") else model)
+
+    def publish_weights(self, snapshot: dict[str, Any] | None = None) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        self.pool.publish(snapshot if snapshot is not None else self.snapshot_weights())
+        return {"publish_seconds": time.perf_counter() - t0}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
@@ -92,7 +96,7 @@ class RayBackend(LocalBackend):
     def rollout(self, rows: list[dict[str, Any]], n: int, sampling: Any, *, policy: str = "model",
                 desc: str = "rollout", prefix: str = "") -> list[Any]:
         trajs = self.pool.run(rows, n, sampling, policy=policy, prefix=prefix, desc=desc)
-        if self.pool.sleep_enabled:
+        if self.pool.sleep_enabled and int(self.cfg.trainer.max_staleness) == 0:
             self.pool.sleep(1)  # the update gets the engines' GPU memory; the next rollout wakes them
         return trajs
 

@@ -152,6 +152,8 @@ def _step_record(s: Any, tools: Any) -> dict[str, Any]:
                               "done": bool(s.done), "truncated": bool(s.truncated),
                               "prompt_tokens": len(s.prompt_ids), "response_tokens": len(s.response_ids),
                               **_prompt(s.observation)}
+    if s.policy_version:
+        record["policy_version"] = int(s.policy_version)  # weights after this many RL updates sampled it
     if s.observation is not None and s.observation.tools and s.observation.tools != tools:
         record["tools"] = s.observation.tools  # the schemas the chat template showed, where they change
     for key in ("finish_reason", "calls", "answer"):

@@ -3,7 +3,10 @@
 The loop owns everything that is the same on every backend: data order and epochs, the stages, validation, the
 checkpoint cadence, resume, stops, metrics, episode files and the summary. A backend owns where the models live and
 how episodes are generated and weights updated: ``local`` (this process), ``ray`` (the local update, rollouts on Ray
-workers) and ``verl`` (verl's FSDP workers). It implements the methods of ``Backend`` and nothing else.
+workers) and ``verl`` (verl's FSDP workers). It implements the methods of ``Backend`` and nothing else. With
+``trainer.max_staleness`` > 0 (``trainers.pipeline``) ``rollout`` and ``publish_weights`` run on a second thread,
+beside ``rl_update`` on the loop's, so a backend keeps the weights its rollouts sample apart from the ones it
+updates.
 
 ``RunInputs`` is what the loop hands the backend when it builds: the config, the registry, the algorithm and the
 dataset rows the loop already built (a backend never reads the datasets again).
@@ -51,8 +54,13 @@ class Backend(Protocol):
         """Scores, advantages (through the run's algorithm) and the policy (+ critic) update of one rollout batch.
         The metrics include ``onpolicy/*``: the first micro-batch's values before any optimizer step."""
 
-    def publish_weights(self) -> dict[str, Any]:
-        """Make the updated weights the ones the next rollout samples from; returns metrics (seconds taken)."""
+    def snapshot_weights(self) -> Any:
+        """A copy of the weights the rollouts need, taken right after an update (``trainer.max_staleness`` > 0:
+        the next update may start before the snapshot is published)."""
+
+    def publish_weights(self, snapshot: Any = None) -> dict[str, Any]:
+        """Make ``snapshot`` (default: the current weights) the one the next rollout samples from; never called
+        while a rollout runs. Returns metrics (seconds taken)."""
 
     def take_stats(self) -> dict[str, Any]:
         """Counters since the last call (engine prefix cache, ``dist/*`` worker counters); ``{}`` when none."""

@@ -48,6 +48,7 @@ class StepRow:
     done: bool
     truncated: bool
     anchor: str | None = None
+    policy_version: int = 0  # RL updates the weights that sampled this step had seen
 
     @property
     def num_tokens(self) -> int:
@@ -89,7 +90,7 @@ def trajectories_to_rows(trajectories: Sequence[Trajectory]) -> StepRows:
                 prompt_ids=list(step.prompt_ids), response_ids=list(step.response_ids),
                 old_logprobs=[float(x) for x in step.response_logprobs], traj=t_idx, group=groups[key],
                 step_index=s_idx, reward=float(step.reward), done=bool(step.done),
-                truncated=truncated, anchor=step.anchor))
+                truncated=truncated, anchor=step.anchor, policy_version=int(step.policy_version)))
     return out
 
 

@@ -30,7 +30,7 @@ import torch
 from omegaconf import OmegaConf
 
 from agentr1_core.components import build_reward_fn
-from agentr1_core.config import component
+from agentr1_core.config import ConfigError, component
 from agentr1_core.flows import FlowContext
 from agentr1_core.rollout.driver import current_episode_uid, rollout_async
 from agentr1_core.trainers import roles
@@ -39,7 +39,7 @@ from agentr1_core.trainers.batching import build_step_batch
 from agentr1_core.trainers.loop import TrainingLoop
 from agentr1_core.trainers.seeding import EpisodeSeededEngine
 from agentr1_core.trainers.update import (
-    Policy, UpdateSettings, make_optimizer, policy_update, score_batch, sft_update,
+    Policy, UpdateSettings, make_optimizer, off_policy_correction, policy_update, score_batch, sft_update,
 )
 
 
@@ -102,6 +102,10 @@ class LocalBackend:
     def build(self, run: RunInputs) -> str:
         cfg = self.cfg
         roles.check_recompute_mode(cfg.trainer.recompute_old_logprobs)  # bad input fails before the model loads
+        off_policy_correction(cfg)
+        if self.needs_proximal and roles.check_recompute_mode(cfg.trainer.recompute_old_logprobs) == "false":
+            raise ConfigError("config error at trainer.recompute_old_logprobs: off_policy_correction=decoupled "
+                              "recomputes the old log-probs; set it to auto or true")
         if int(cfg.trainer.threads) > 0:  # process-wide in torch: ``close`` gives the caller's count back
             self._threads_before = torch.get_num_threads()
             torch.set_num_threads(int(cfg.trainer.threads))
@@ -172,6 +176,11 @@ class LocalBackend:
                              activation_checkpointing=bool(tr.activation_checkpointing),
                              params=trainable + (list(value_head.parameters()) if value_head is not None else []))
         self.policy.model.eval()
+        # the module the engine would run to sample the policy's own weights; with rollouts ahead of the update the
+        # engine runs a copy of it (frozen blocks shared) that takes new weights only between two rollouts
+        self.policy_engine_module = engine_model
+        if int(tr.max_staleness) > 0 and self.rollouts_run_policy_module:
+            engine_model = roles.shared_frozen_copy(engine_model).eval()
         name, params = component(cfg, "engine")
         spec_params = self.registry.get("engine", name).parameters()
         if "device" in spec_params and "device" not in params:
@@ -238,7 +247,13 @@ class LocalBackend:
         return roles.recompute_old_logprobs(tr.recompute_old_logprobs,
                                             int(tr.update_epochs) > 1 or int(tr.mini_batches) > 1,
                                             self.engine if self.rollouts_run_policy_module else None,
-                                            self.engine_model)
+                                            self.policy_engine_module, needs_proximal=self.needs_proximal)
+
+    @property
+    def needs_proximal(self) -> bool:
+        """The decoupled correction takes its ratio to the weights at the start of the update (recomputed)."""
+        correction = off_policy_correction(self.cfg)
+        return correction is not None and correction.mode == "decoupled"
 
     def start_rl(self, after_sft: bool) -> None:
         """The KL reference is the policy as RL starts: copy it now unless a reference already exists (a named
@@ -269,8 +284,20 @@ class LocalBackend:
                                      adv.returns, UpdateSettings.from_config(cfg), self.scheduler, gen))
         return metrics
 
-    def publish_weights(self) -> dict[str, Any]:
+    def snapshot_weights(self) -> dict[str, torch.Tensor]:
+        """A copy of the trained weights, named as in the module the engine runs (for ``publish_weights``)."""
+        return {n: p.detach().clone() for n, p in self.policy_engine_module.named_parameters() if p.requires_grad}
+
+    def publish_weights(self, snapshot: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Make the engine sample the trainer's weights: it runs the policy's own module (nothing to copy) or, with
+        rollouts ahead of the update, its own copy, which takes ``snapshot`` in place."""
         t0 = time.perf_counter()
+        if self.engine_model is not self.policy_engine_module:
+            snapshot = snapshot if snapshot is not None else self.snapshot_weights()
+            params = dict(self.engine_model.named_parameters())
+            with torch.no_grad():
+                for n, value in snapshot.items():
+                    params[n].copy_(value)
         self.engine.sync_weights()
         return {"publish_seconds": time.perf_counter() - t0}
 
@@ -286,8 +313,10 @@ class LocalBackend:
         parts = {"weights": module_mb(policy.model) + module_mb(policy.value_head),
                  "optimizer": optimizer_mb(self.optimizer),
                  "gradients": tensor_mb(policy.params)}
-        if policy.ref_model is not None:
-            parts["reference"] = module_mb(policy.ref_model)
+        if policy.ref_model is not None:  # only what it does not share with the policy
+            parts["reference"] = tensor_mb(roles.own_parameters(policy.ref_model, policy.model))
+        if self.engine_model is not self.policy_engine_module:
+            parts["engine_weights"] = tensor_mb(roles.own_parameters(self.engine_model, self.policy_engine_module))
         if policy.critic is not None:
             critic = policy.critic
             parts["critic"] = module_mb(critic.model) + module_mb(critic.head) + optimizer_mb(critic.optimizer)
@@ -347,7 +376,7 @@ class LocalBackend:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["rng"]["torch"])
-        self.engine.sync_weights()
+        LocalBackend.publish_weights(self)  # this process's engine samples the restored weights
 
     def save_checkpoint(self, run_dir: Path, iteration: int, loop_state: dict[str, Any], metrics_offset: int) -> Path:
         from agentr1_core.lifecycle.trainer_state import save_trainer_checkpoint

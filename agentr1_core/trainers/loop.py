@@ -41,6 +41,7 @@ from agentr1_core.trainers.batching import trajectories_to_rows
 from agentr1_core.trainers.metrics import (
     episode_metric_means, expert_problems, peak_rss_mb, rollout_metrics, validation_metrics,
 )
+from agentr1_core.trainers.pipeline import InlineRollouts, PipelinedRollouts, staleness_metrics
 from agentr1_core.trainers.seeding import seed_everything
 from agentr1_core.validation import STAGES
 
@@ -112,6 +113,8 @@ class TrainingLoop:
         self.writer: Any = None
         self.peaks = PhasePeaks()
         self.memory_parts: dict[str, float] = {}  # the largest value of each part seen (MiB)
+        # the data order as of the last rollout trained, when rollouts run ahead of the update (else the live one)
+        self.consumed_data_state: dict[str, Any] | None = None
         self._setup_done = False
         self.stages = [str(s) for s in config.stages]
         unknown = [s for s in self.stages if s not in STAGES]
@@ -163,8 +166,9 @@ class TrainingLoop:
 
     # -- state ------------------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
+        data = self.consumed_data_state if self.consumed_data_state is not None else self.data.state_dict()
         return {"iteration": self.iteration, "history": json.loads(json.dumps(self.history, default=str)),
-                "data": self.data.state_dict(), "python_rng": random.getstate(), "seed": int(self.cfg.seed)}
+                "data": data, "python_rng": random.getstate(), "seed": int(self.cfg.seed)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.iteration = int(state["iteration"])
@@ -237,37 +241,47 @@ class TrainingLoop:
         self.history["sft"] = record
         return record
 
-    def train_iteration(self) -> dict[str, Any]:
+    def rollout_source(self) -> Any:
+        """Where RL rollouts come from: in turn, or ahead of the update (``trainer.max_staleness`` > 0)."""
+        staleness = int(self.cfg.trainer.max_staleness)
+        if staleness < 0:
+            raise ConfigError(f"config error at trainer.max_staleness: must be >= 0, got {staleness}")
+        return PipelinedRollouts(self, staleness) if staleness > 0 else InlineRollouts(self)
+
+    def train_iteration(self, source: Any = None) -> dict[str, Any]:
         cfg = self.cfg
         started = time.perf_counter()
         self.iteration += 1
-        rows = self.data.take(int(cfg.rollout.batch_size))
-        self.backend.take_stats()  # start the counters' window at this rollout
-        with self.peaks.phase("rollout"):
-            trajs, seconds = self.rollout(rows, int(cfg.rollout.n), self.sampling,
-                                          desc=f"rollout {self.iteration}", prefix=f"it{self.iteration}-")
-        metrics: dict[str, Any] = {"iteration": self.iteration, "data_epoch": self.data.epoch,
-                                   **rollout_metrics(trajs, seconds)}
+        source = source if source is not None else InlineRollouts(self)
+        batch = source.next(self.iteration)
+        trajs = batch.trajectories
+        metrics: dict[str, Any] = {"iteration": self.iteration, "data_epoch": batch.data_epoch,
+                                   **rollout_metrics(trajs, batch.seconds)}
         report_episode_errors(self, trajs, f"iteration {self.iteration}", metrics)
         write_train_episodes(self.run_dir, self.iteration, trajs, int(cfg.trainer.keep_train_episodes))
+        if source.max_staleness > 0:
+            trajs, ages = staleness_metrics(trajs, self.iteration - 1, source.max_staleness)
+            metrics.update(ages, **batch.metrics, **{"async/policy_version": batch.version})
         steps = trajectories_to_rows(trajs)
         metrics.update(train_steps=len(steps.rows), nonfinite_logprob_steps=steps.nonfinite_logprob_steps)
         if steps.rows:
             with self.peaks.phase("update"):
                 metrics.update(self.backend.rl_update(steps, trajs, self.iteration))
-                metrics.update(self.backend.publish_weights())
+                metrics.update(source.after_update(self.iteration))
         metrics.update(self.backend.take_stats())
         metrics.update(self.memory_metrics(("rollout", "update")))
         total = int(cfg.trainer.total_steps)
         every = int(cfg.validation.every)
         if every > 0 and self.iteration % every == 0 and self.iteration < total:
-            metrics["validation"] = self.validate(f"iter{self.iteration}")
+            with source.paused():
+                metrics["validation"] = self.validate(f"iter{self.iteration}")
         metrics["iteration_seconds"] = time.perf_counter() - started
         metrics["peak_rss_mb"] = peak_rss_mb()
         self.writer.write(metrics)
         print(console_line(metrics, total), flush=True)
         if self.checkpoint_due():
             self.save_checkpoint()
+        source.iteration_end(self.iteration)
         for callback in self.callbacks:
             callback.on_iteration_end(self, metrics)
         return metrics
@@ -323,8 +337,9 @@ class TrainingLoop:
             self._call_back("on_stage_end", "sft")
         if "rl" in stages:
             self.backend.start_rl(after_sft="sft" in self.history)
-            while self.iteration < int(self.cfg.trainer.total_steps):
-                self.train_iteration()
+            with self.rollout_source() as source:
+                while self.iteration < int(self.cfg.trainer.total_steps):
+                    self.train_iteration(source)
             self.validate("after_rl")
         if int(self.cfg.trainer.checkpoint_every) >= 0:
             self.save_checkpoint()  # the final state (a no-op when the last iteration just wrote it)

@@ -35,12 +35,26 @@ def reference_mode(ref_model: Any, needs_reference: bool) -> str | None:
     return "policy" if bool(ref_model) or needs_reference else None
 
 
+def shared_frozen_copy(model: Any) -> Any:
+    """A copy of ``model`` that shares its frozen parameters (``requires_grad=False``: the very same tensors) and
+    copies the trained ones: with ``trainer.train_layers`` only the top blocks take new memory."""
+    memo = {id(p): p for p in model.parameters() if not p.requires_grad}
+    return copy.deepcopy(model, memo)
+
+
 def frozen_copy(model: Any) -> Any:
-    """A deep copy of ``model`` in eval mode with no parameter requiring gradients."""
-    ref = copy.deepcopy(model).eval()
+    """A copy of ``model`` in eval mode with no parameter requiring gradients; the parameters the policy does not
+    train are shared with it, not copied (they never change)."""
+    ref = shared_frozen_copy(model).eval()
     for p in ref.parameters():
         p.requires_grad_(False)
     return ref
+
+
+def own_parameters(copy_: Any, original: Any) -> list[Any]:
+    """The parameters of ``copy_`` that are not ``original``'s own tensors (what the copy adds in memory)."""
+    shared = {id(p) for p in original.parameters()}
+    return [p for p in copy_.parameters() if id(p) not in shared]
 
 
 def same_vocabulary(tokenizer: Any, other: Any) -> bool:
@@ -81,16 +95,18 @@ def zero_value_head(hidden_size: int, device: Any) -> torch.nn.Linear:
     return head
 
 
-def recompute_old_logprobs(mode: Any, several_steps: bool, engine: Any, engine_model: Any) -> bool:
+def recompute_old_logprobs(mode: Any, several_steps: bool, engine: Any, engine_model: Any,
+                           needs_proximal: bool = False) -> bool:
     """Whether to replace the engine's sampling log-probs by the trainer's before the update.
 
-    ``auto``: yes when one rollout feeds several optimizer steps, or when the engine does not run the trainer's own
-    module in the trainer's dtype (vLLM, a server, a copy, another precision): then the engine's log-probs are not
-    the trainer's and the PPO/GSPO ratio would measure the engine mismatch instead of the update."""
+    ``auto``: yes when one rollout feeds several optimizer steps, when the off-policy correction needs the proximal
+    policy (``needs_proximal``), or when the engine does not run the trainer's own module in the trainer's dtype
+    (vLLM, a server, a copy, another precision): then the engine's log-probs are not the trainer's and the PPO/GSPO
+    ratio would measure the engine mismatch instead of the update."""
     mode = check_recompute_mode(mode)
     if mode != "auto":
         return mode == "true"
-    return several_steps or not engine_runs_module(engine, engine_model)
+    return several_steps or needs_proximal or not engine_runs_module(engine, engine_model)
 
 
 def check_recompute_mode(mode: Any) -> str:

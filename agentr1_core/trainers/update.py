@@ -32,6 +32,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from agentr1_core.algorithms.base import Algorithm, StepBatch
+from agentr1_core.algorithms.losses import OffPolicyCorrection
 from agentr1_core.cpu_linears import CpuLinears
 from agentr1_core.trainers.batching import ModelInputs, StepRow, collate, micro_batches
 from agentr1_core.trainers.forward import ForwardOutput, response_forward
@@ -118,8 +119,13 @@ class UpdateStats:
         self.computed_tokens += inputs.computed_tokens
 
     def add(self, metrics: dict[str, float]) -> None:
+        """Accumulate: a key ending in ``_max`` keeps its largest value, every other key its mean."""
         for k, v in metrics.items():
             if isinstance(v, (int, float)) and math.isfinite(float(v)):
+                if k.endswith("_max"):
+                    self.sums[k] = max(self.sums.get(k, float(v)), float(v))
+                    self.counts[k] = 1
+                    continue
                 self.sums[k] = self.sums.get(k, 0.0) + float(v)
                 self.counts[k] = self.counts.get(k, 0) + 1
 
@@ -311,6 +317,7 @@ class UpdateSettings:
     skip_inert: bool = True  # do not run rows without a gradient (``Algorithm.inert_rows``)
     track_weight_change: bool = True
     progress: bool = True
+    correction: OffPolicyCorrection | None = None  # importance weights for stale or mismatched sampling
 
     @classmethod
     def from_config(cls, cfg: Any) -> "UpdateSettings":
@@ -318,7 +325,21 @@ class UpdateSettings:
         return cls(micro_batch_size=int(tr.micro_batch_size), mini_batches=int(tr.mini_batches),
                    update_epochs=int(tr.update_epochs), temperature=float(cfg.rollout.temperature),
                    max_grad_norm=float(tr.max_grad_norm), value_coef=float(tr.value_coef),
-                   skip_inert=bool(tr.skip_inert_rows))
+                   skip_inert=bool(tr.skip_inert_rows), correction=off_policy_correction(cfg))
+
+
+def off_policy_correction(cfg: Any) -> OffPolicyCorrection | None:
+    """``trainer.off_policy_correction`` / ``trainer.importance_cap`` checked (a one-line ``ConfigError``), or None
+    for ``none``."""
+    from agentr1_core.config import ConfigError
+
+    tr = cfg.trainer
+    try:
+        correction = OffPolicyCorrection(mode=str(tr.off_policy_correction).strip().lower(),
+                                         cap=float(tr.importance_cap))
+    except ValueError as exc:
+        raise ConfigError(f"config error at trainer: {exc}") from None
+    return correction if correction.active else None
 
 
 def on_policy_metrics(logprobs: torch.Tensor, batch: StepBatch, metrics: dict[str, float]) -> dict[str, float]:
@@ -362,6 +383,8 @@ def policy_update(policy: Policy, algorithm: Algorithm, optimizer: torch.optim.O
     critic = policy.critic if use_critic else None
     change = WeightChange(policy.params, enabled=settings.track_weight_change)
     gap = LogprobGap() if "rollout_logprobs" not in batch.extras else None
+    if settings.correction is not None:
+        batch.extras["off_policy"] = settings.correction
     inert_mask = algorithm.inert_rows(batch, advantages) if skip_inert else None
     inert = inert_mask.tolist() if inert_mask is not None else None
     runs = [i for i in range(n) if inert is None or not inert[i]]

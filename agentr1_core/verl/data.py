@@ -30,12 +30,14 @@ VALUE_CLIP_OFF = 1e9
 def step_rows_to_verl(rows: Sequence[Any], advantages: torch.Tensor, returns: torch.Tensor | None, pad_id: int,
                       group_keys: Sequence[str] = (), traj_uids: Sequence[str] = (),
                       old_logprobs: torch.Tensor | None = None, ref_logprobs: torch.Tensor | None = None,
-                      meta: dict[str, Any] | None = None) -> dict[str, Any]:
+                      meta: dict[str, Any] | None = None, is_weights: torch.Tensor | None = None) -> dict[str, Any]:
     """``{"batch": {name: tensor}, "non_tensor_batch": {name: np.ndarray}, "meta_info": {...}}``.
 
     ``rows`` are ``StepRow``-like (``prompt_ids``, ``response_ids``, ``old_logprobs``, ``reward``, ``group``,
     ``traj``, ``step_index``); ``advantages`` is ``[S, T]`` right-padded (``T >= longest response``), ``returns``
-    ``[S]`` per step. ``old_logprobs`` (``[S, T]``) replaces the rows' engine log-probs when given.
+    ``[S]`` per step. ``old_logprobs`` (``[S, T]``) replaces the rows' engine log-probs when given;
+    ``is_weights`` (``[S, T]``) become ``rollout_is_weights``, which verl's policy loss multiplies each token's term
+    by (the decoupled off-policy correction).
     """
     if not rows:
         raise ValueError("step_rows_to_verl needs at least one row")
@@ -79,6 +81,11 @@ def step_rows_to_verl(rows: Sequence[Any], advantages: torch.Tensor, returns: to
     }
     if ref is not None:
         batch["ref_log_prob"] = ref
+    if is_weights is not None:
+        weights = torch.ones((s, r_len), dtype=torch.float32)
+        width = min(r_len, is_weights.shape[1])
+        weights[:, :width] = is_weights[:, :width].float()
+        batch["rollout_is_weights"] = weights * response_mask
     keys = list(group_keys)
     uids = list(traj_uids)
     non_tensor = {

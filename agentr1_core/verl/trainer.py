@@ -30,10 +30,12 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from agentr1_core.config import ConfigError
 from agentr1_core.distributed.settings import ClusterSettings
 from agentr1_core.lifecycle.run_dir import VERL_STATE_FILE, verl_checkpoint_dirs
 from agentr1_core.trainers.backend import RunInputs
 from agentr1_core.trainers.loop import TrainingLoop
+from agentr1_core.trainers.update import off_policy_correction
 
 # verl's metric names -> the local trainer's (both are written: the local name and ``verl/<name>``)
 LOCAL_NAMES = {"loss": "loss", "grad_norm": "grad_norm", "actor/pg_loss": "pg_loss", "actor/pg_clipfrac":
@@ -125,6 +127,10 @@ class VerlBackend:
         from agentr1_core.models import load_model_and_tokenizer
 
         cfg = self.cfg
+        correction = off_policy_correction(cfg)
+        if correction is not None and correction.mode == "tis":
+            raise ConfigError("config error at trainer.off_policy_correction: tis is not available on the verl "
+                              "backend (verl's loss takes its ratio to the old policy); use decoupled")
         self.algorithm = run.algorithm
         self.device = pick_device(self.n_gpus)
         os.environ.update(verl_compat.compat_environment())  # inherited by the Ray workers started below
@@ -184,13 +190,23 @@ class VerlBackend:
         fn()
         return time.perf_counter() - t0
 
-    def publish_weights(self) -> dict[str, Any]:
-        """Gathers the actor's weights in memory, publishes them to the rollout workers, wakes the engines."""
+    def snapshot_weights(self) -> dict[str, Any]:
+        """The actor's full weights, gathered into this process's memory."""
+        return self.groups.export_weights()
+
+    @property
+    def engines_sleep(self) -> bool:
+        """Engines sleep through the update only when rollouts do not run beside it (``max_staleness: 0``)."""
+        return int(self.cfg.trainer.max_staleness) == 0
+
+    def publish_weights(self, snapshot: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Publishes ``snapshot`` (default: the actor's weights, gathered now) to the rollout workers and wakes
+        the engines."""
         import numpy as np
 
         metrics: dict[str, Any] = {}
         t0 = time.perf_counter()
-        state = self.groups.export_weights()
+        state = snapshot if snapshot is not None else self.snapshot_weights()
         metrics["dist/weights_gather_seconds"] = time.perf_counter() - t0
         prev = self._last_weights
         if prev is not None:
@@ -201,7 +217,7 @@ class VerlBackend:
         t0 = time.perf_counter()
         self.pool.publish(state)
         metrics["publish_seconds"] = time.perf_counter() - t0
-        metrics["dist/wake_seconds"] = self._engines("wake_up")
+        metrics["dist/wake_seconds"] = self._engines("wake_up") if self.engines_sleep else 0.0
         return metrics
 
     @staticmethod
@@ -232,7 +248,7 @@ class VerlBackend:
         width = max(len(r.response_ids) for r in steps.rows) or 1
         layout = step_rows_to_verl(steps.rows, torch.zeros(len(steps.rows), width), None, self.pad_id,
                                    steps.group_keys, steps.traj_uids, meta={"temperature": 1.0})
-        self._engines("sleep")
+        self._engines("sleep")  # SFT never overlaps a rollout
         t0 = time.perf_counter()
         got = self.groups.sft_update(to_dataproto(layout), float(sft.lr), int(sft.epochs), int(sft.batch_size),
                                      int(self.cfg.seed))
@@ -251,14 +267,17 @@ class VerlBackend:
         self.reference_pending = False
 
     def rl_update(self, steps: Any, trajectories: list[Any], iteration: int) -> dict[str, Any]:
-        metrics = {"dist/sleep_seconds": self._engines("sleep")}
+        metrics = {"dist/sleep_seconds": self._engines("sleep") if self.engines_sleep else 0.0}
         metrics.update(self._update(steps, trajectories, iteration))
         return metrics
 
     def _update(self, steps: Any, trajs: list[Any], iteration: int) -> dict[str, Any]:
         """Scores, advantages and the verl updates of one rollout batch; returns metrics."""
-        from agentr1_core.verl.data import step_rows_to_verl, to_dataproto
+        import torch
+
+        from agentr1_core.algorithms.losses import importance_weights
         from agentr1_core.trainers.batching import build_step_batch
+        from agentr1_core.verl.data import step_rows_to_verl, to_dataproto
 
         cfg, tr = self.cfg, self.cfg.trainer
         out: dict[str, Any] = {}
@@ -275,10 +294,19 @@ class VerlBackend:
 
         t_score = time.perf_counter()
         scoring = proto()
-        recompute = int(tr.update_epochs) > 1 or int(tr.mini_batches) > 1
-        if recompute:  # several optimizer steps per rollout: the current weights' log-probs are "old"
+        correction = off_policy_correction(cfg)
+        # several optimizer steps per rollout, stale rollouts or the decoupled correction: the current weights'
+        # log-probs are "old" (the proximal policy)
+        recompute = (int(tr.update_epochs) > 1 or int(tr.mini_batches) > 1 or int(tr.max_staleness) > 0
+                     or correction is not None)
+        is_weights = None
+        if recompute:
             actor = self.groups.log_probs(scoring)[:, :width] * batch.action_mask
             out.update(logprob_gap(batch.old_logprobs, actor, batch.action_mask))
+            if correction is not None:
+                valid = (batch.action_mask > 0) & torch.isfinite(batch.old_logprobs)
+                is_weights, weight_metrics = importance_weights(actor, batch.old_logprobs, valid, correction.cap)
+                out.update(weight_metrics)
             batch.old_logprobs = actor
         if self.groups.ref is not None:
             batch.ref_logprobs = self.groups.ref_log_probs(scoring)[:, :width] * batch.action_mask
@@ -290,7 +318,7 @@ class VerlBackend:
         out.update({f"adv/{k}": v for k, v in adv.metrics.items()})
         t_upd = time.perf_counter()
         update = proto(adv.advantages, adv.returns, old_logprobs=batch.old_logprobs if recompute else None,
-                       ref_logprobs=batch.ref_logprobs)
+                       ref_logprobs=batch.ref_logprobs, is_weights=is_weights)
         got = self.groups.update_actor(update, int(tr.mini_batches), int(tr.update_epochs),
                                        int(cfg.seed) * 100003 + iteration)
         out.update(self._named(got))
