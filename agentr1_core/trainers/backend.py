@@ -56,7 +56,8 @@ class Backend(Protocol):
 
     def snapshot_weights(self) -> Any:
         """A copy of the weights the rollouts need, taken right after an update (``trainer.max_staleness`` > 0:
-        the next update may start before the snapshot is published)."""
+        the next update may start before the snapshot is published). A backend that measures something while it
+        takes it (verl: ``weight_change``) may offer ``take_snapshot_metrics()``."""
 
     def publish_weights(self, snapshot: Any = None) -> dict[str, Any]:
         """Make ``snapshot`` (default: the current weights) the one the next rollout samples from; never called

@@ -268,7 +268,7 @@ class TrainingLoop:
             with self.peaks.phase("update"):
                 metrics.update(self.backend.rl_update(steps, trajs, self.iteration))
                 metrics.update(source.after_update(self.iteration))
-        metrics.update(self.backend.take_stats())
+        metrics.update(source.stats())
         metrics.update(self.memory_metrics(("rollout", "update")))
         total = int(cfg.trainer.total_steps)
         every = int(cfg.validation.every)

@@ -14,6 +14,8 @@ processes and engines do not wait for the update, nor the update for them. The r
   rollouts, never during one, so every response comes from a single weight version, and every step records it
   (``Step.policy_version``: the number of RL updates those weights had seen). Partial rollouts (an episode carried
   across a weight update) are not offered.
+* **Counters.** The backend's counters (``take_stats``: prefix cache, ``dist/*``) are taken around each rollout by
+  the producer and logged with the iteration that trains it.
 * **Back-pressure.** At most ``max(1, K)`` finished rollouts wait for the trainer; a GRPO group always stays in one
   rollout. The producer's waits (for weights or for room) are ``async/engine_idle_seconds``, the trainer's wait
   for a finished rollout ``async/trainer_idle_seconds``.
@@ -107,6 +109,10 @@ class InlineRollouts:
     def iteration_end(self, iteration: int) -> None:
         return None
 
+    def stats(self) -> dict[str, Any]:
+        """The backend's counters since the rollout began (engine prefix cache, ``dist/*``)."""
+        return self.loop.backend.take_stats()
+
     def paused(self) -> Any:
         return _NullContext()
 
@@ -165,6 +171,9 @@ class PipelinedRollouts:
             print(f"[pipeline] stopped at iteration {self.loop.iteration}: discarded the rollouts of iterations "
                   f"{waiting} (the one in flight finished in {time.perf_counter() - t0:.1f}s); they are not in any "
                   f"checkpoint, a resumed run samples those rows again", flush=True)
+            writer = getattr(self.loop, "writer", None)
+            if writer is not None:
+                writer.write({"event": "pipeline_stopped", "iteration": self.loop.iteration, "discarded": waiting})
         if exc[0] is None and self.pending is not None:
             self._publish_current()  # what validation after RL samples from
 
@@ -195,11 +204,17 @@ class PipelinedRollouts:
         """A snapshot of the weights just updated; the producer gets it when the iteration ends (after its
         validation and checkpoint, as the loop in turn would start the next rollout)."""
         t0 = time.perf_counter()
-        self.pending = (self.loop.backend.snapshot_weights(), int(iteration))
-        return {"snapshot_seconds": time.perf_counter() - t0}
+        backend = self.loop.backend
+        self.pending = (backend.snapshot_weights(), int(iteration))
+        measured = getattr(backend, "take_snapshot_metrics", None)  # e.g. verl's weight_change
+        return {"snapshot_seconds": time.perf_counter() - t0, **(measured() if callable(measured) else {})}
 
     def iteration_end(self, iteration: int) -> None:
         self.post_weights(iteration)
+
+    def stats(self) -> dict[str, Any]:
+        """Nothing: the producer takes the backend's counters of each rollout into its batch's metrics."""
+        return {}
 
     def paused(self) -> Any:
         """Hold the producer between two rollouts and make the trainer's weights the engines' (for validation)."""
@@ -255,9 +270,10 @@ class PipelinedRollouts:
                     loop.backend.take_stats()  # the counters' window starts at this rollout
                     trajs, seconds = loop.rollout(rows, int(cfg.rollout.n), loop.sampling,
                                                   desc=f"rollout {iteration}", prefix=f"it{iteration}-")
+                    counters = loop.backend.take_stats()
                 tag_versions(trajs, version)
                 batch = RolloutBatch(iteration, rows, trajs, seconds, version, data_state, epoch,
-                                     metrics={"async/engine_idle_seconds": waited, **published})
+                                     metrics={"async/engine_idle_seconds": waited, **published, **counters})
                 with self.cond:
                     self.ready.append(batch)
                     self.in_flight = None

@@ -115,6 +115,7 @@ class VerlBackend:
         self.groups: Any = None
         self.owns_ray = False
         self._last_weights: dict[str, Any] | None = None
+        self._snapshot_metrics: dict[str, Any] = {}
 
     # -- build --------------------------------------------------------------------------------------------------
     def build(self, run: RunInputs) -> str:
@@ -191,8 +192,24 @@ class VerlBackend:
         return time.perf_counter() - t0
 
     def snapshot_weights(self) -> dict[str, Any]:
-        """The actor's full weights, gathered into this process's memory."""
-        return self.groups.export_weights()
+        """The actor's full weights, gathered into this process's memory; ``weight_change`` since the previous
+        snapshot is measured here (``take_snapshot_metrics``)."""
+        import numpy as np
+
+        t0 = time.perf_counter()
+        state = self.groups.export_weights()
+        self._snapshot_metrics = {"dist/weights_gather_seconds": time.perf_counter() - t0}
+        prev = self._last_weights
+        if prev is not None:
+            self._snapshot_metrics["weight_change"] = float(np.sqrt(sum(float(((state[k] - prev[k]) ** 2).sum())
+                                                                        for k in state if k in prev)))
+        small = sum(v.nbytes for v in state.values()) <= WEIGHT_CHANGE_MAX_MB * 2 ** 20
+        self._last_weights = state if small else None
+        return state
+
+    def take_snapshot_metrics(self) -> dict[str, Any]:
+        out, self._snapshot_metrics = self._snapshot_metrics, {}
+        return out
 
     @property
     def engines_sleep(self) -> bool:
@@ -202,20 +219,12 @@ class VerlBackend:
     def publish_weights(self, snapshot: dict[str, Any] | None = None) -> dict[str, Any]:
         """Publishes ``snapshot`` (default: the actor's weights, gathered now) to the rollout workers and wakes
         the engines."""
-        import numpy as np
-
         metrics: dict[str, Any] = {}
+        if snapshot is None:
+            snapshot = self.snapshot_weights()
+            metrics.update(self.take_snapshot_metrics())
         t0 = time.perf_counter()
-        state = snapshot if snapshot is not None else self.snapshot_weights()
-        metrics["dist/weights_gather_seconds"] = time.perf_counter() - t0
-        prev = self._last_weights
-        if prev is not None:
-            metrics["weight_change"] = float(np.sqrt(sum(float(((state[k] - prev[k]) ** 2).sum())
-                                                         for k in state if k in prev)))
-        small = sum(v.nbytes for v in state.values()) <= WEIGHT_CHANGE_MAX_MB * 2 ** 20
-        self._last_weights = state if small else None
-        t0 = time.perf_counter()
-        self.pool.publish(state)
+        self.pool.publish(snapshot)
         metrics["publish_seconds"] = time.perf_counter() - t0
         metrics["dist/wake_seconds"] = self._engines("wake_up") if self.engines_sleep else 0.0
         return metrics

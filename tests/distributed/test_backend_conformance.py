@@ -7,6 +7,10 @@ Each backend runs the real CLI in a subprocess on the tiny task (a tiny random L
   every iteration is logged exactly once, every iteration record has the keys every backend must write, the data
   order is reshuffled at each epoch, and the first mini-batch of the first RL iteration is on-policy (its ratio, KL
   to the old policy and KL to the reference are 0 up to float noise, no token clipped).
+* **rollouts ahead of the update** (``trainer.max_staleness=1`` with the decoupled correction): the same stop and
+  resume in the middle of the pipeline: the rollout in flight is discarded and said so, the resumed run trains every
+  iteration once, every trained row is at most one update old, the last iteration trains on a rollout one update
+  old, and the importance weights are reported.
 * **nothing works**: every episode ends in an env error, so the run stops at the first rollout with exit 2 and the
   first error, instead of "training" on nothing.
 
@@ -167,6 +171,40 @@ def test_stages_stop_and_resume_agree_on_every_backend(backend, tiny_model_dir, 
     random.Random(3).shuffle(initial)
     assert state["data"]["epoch"] == 2 and sorted(state["data"]["order"]) == list(range(TRAIN_ROWS))
     assert state["data"]["order"] != initial
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_rollouts_ahead_of_the_update_stop_and_resume_mid_pipeline_on_every_backend(backend, tiny_model_dir,
+                                                                                     tmp_path, request):
+    run_dir = tmp_path / backend
+    cmd = command(python_for(backend, request), backend, tiny_model_dir, run_dir, *SCENARIO,
+                  "trainer.max_staleness=1", "trainer.off_policy_correction=decoupled")
+    code, out = run_until_first_iteration_then_sigterm(cmd, run_dir)
+    assert code == 128 + signal.SIGTERM, out[-6000:]
+    stopped_at = iterations(run_dir)[-1]["iteration"]
+    if stopped_at < 3:  # the next rollout was running beside the last update: it is not in the checkpoint
+        stops = [r for r in records(run_dir) if r.get("event") == "pipeline_stopped"]
+        assert [(r["iteration"], r["discarded"]) for r in stops] == [(stopped_at, [stopped_at + 1])], out[-4000:]
+
+    proc = subprocess.run(cmd + ["--resume"], cwd=ROOT, env=environment(), capture_output=True, text=True,
+                          timeout=900)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    iters = iterations(run_dir)
+    assert [r["iteration"] for r in iters] == [1, 2, 3]
+    for rec in iters:
+        missing = (ITERATION_KEYS | {"offpolicy/is_weight_mean", "async/staleness_max"}) - set(rec)
+        assert not missing, f"iteration {rec['iteration']} lacks {sorted(missing)}"
+        assert rec["async/staleness_max"] <= 1 and rec["async/dropped_stale_rows"] == 0
+        assert rec["async/staleness_0"] + rec["async/staleness_1"] == rec["train_steps"]
+    # the first rollout of each process has the newest weights; the next one ran beside the update before it
+    expected = {1: [0, 0, 1], 2: [0, 1, 0], 3: [0, 1, 1]}[stopped_at]
+    assert [r["async/staleness_max"] for r in iters] == expected
+    assert [r["iteration"] - 1 - r["async/policy_version"] for r in iters] == expected
+    assert iters[0]["onpolicy/approx_kl"] < 1e-5  # the ratio is to the proximal policy: on-policy at the start
+    assert [r["data_epoch"] for r in iters] == [1, 1, 2]
+    validations = [r["label"] for r in records(run_dir) if r.get("event") == "validation"]
+    assert validations == ["before_sft", "after_sft", "iter2", "after_rl"]
 
 
 @pytest.mark.parametrize("backend", list(BACKENDS))

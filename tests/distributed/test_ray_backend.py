@@ -67,11 +67,16 @@ def test_published_weights_reach_the_worker_engine(ray_cluster, tiny_model_dir):
         pool.close()
 
 
-def test_a_rollout_worker_killed_mid_iteration_does_not_fail_the_run(ray_cluster, tmp_path, tiny_model_dir):
+@pytest.mark.parametrize("staleness", [0, 1], ids=["in_turn", "ahead"])
+def test_a_rollout_worker_killed_mid_iteration_does_not_fail_the_run(ray_cluster, tmp_path, tiny_model_dir,
+                                                                     staleness):
+    """Also with rollouts ahead of the update: the killed worker's chunk is re-run on the other worker, so every
+    group comes back whole, once, from one weight version."""
     run_dir = tmp_path / "kill"
     overrides = [f"model.path={tiny_model_dir}", f"run_dir={run_dir}", "stages=[rl]", "data.val=null",
                  "rollout.batch_size=4", "rollout.n=2", "rollout.max_new_tokens=32", "trainer.total_steps=2",
-                 "trainer.name=ray", "trainer.params.rollout_workers=2", "trainer.params.worker_cpus=0.5"]
+                 "trainer.name=ray", "trainer.params.rollout_workers=2", "trainer.params.worker_cpus=0.5",
+                 f"trainer.max_staleness={staleness}"]
     result: dict = {}
 
     def target() -> None:
@@ -103,3 +108,6 @@ def test_a_rollout_worker_killed_mid_iteration_does_not_fail_the_run(ray_cluster
     assert sum(r["dist/worker_failures"] for r in records) >= 1
     assert sum(r["dist/rerun_episodes"] for r in records) >= 1
     assert all(r["episodes"] == 8 for r in records)  # re-run: nothing was lost
+    if staleness:
+        assert all(r["async/staleness_max"] <= 1 and r["async/dropped_stale_rows"] == 0 for r in records)
+        assert all(r["async/staleness_0"] + r["async/staleness_1"] == r["train_steps"] for r in records)
