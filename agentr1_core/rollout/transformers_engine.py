@@ -36,7 +36,10 @@ gives plain ``F.linear``.
 Memory. The running batch's key/value buffers have row slots for the requests in flight when they are allocated
 (running + waiting, at most ``max_batch_size``; doubled when more join) and columns for the longest row; after
 ``IDLE_RELEASE_SECONDS`` without work (between rollouts, while the trainer updates) they are freed, and the next
-prefill allocates them again. The prefix store keeps at most ``prefix_cache_mb``.
+prefill allocates them again. The prefix store keeps at most ``prefix_cache_mb``; the idle engine drops it as soon as
+the module is in training mode or its weights changed (it would be dropped at the next admission anyway), so it is
+not held through the update. What the idle engine frees goes back to the OS at once (``lifecycle.memory.trim``):
+this thread's malloc arena is not reused by the trainer's thread.
 
 Log-probs are ``log_softmax(logits / T)`` of the untruncated model at the request's temperature (``T = 1`` for
 greedy); the trainer must recompute with the same temperature. ``score`` uses ``T = 1``. ``Generation.text`` is
@@ -56,6 +59,7 @@ from typing import Any
 import torch
 
 from agentr1_core.cpu_linears import DEFAULT_WEIGHT_MAJOR_ROWS, CpuLinears
+from agentr1_core.lifecycle.memory import trim
 
 from .base import Generation, SamplingParams
 from .prefix_cache import BLOCK, PrefixStore, chain_hashes
@@ -127,6 +131,7 @@ class TransformersEngine:
         self._running: list[_Request] = []
         self._kv = BatchKV(self.num_layers, row_capacity=max_batch_size)
         self._kv_peak_bytes = 0
+        self._store_peak_bytes = 0
         self._store = PrefixStore(int(prefix_cache_mb * 2**20)) if prefix_cache_mb > 0 else None
         self.prefix_cache_responses = bool(prefix_cache_responses)
         self.weight_major_rows = int(weight_major_rows) if self.device.type == "cpu" else 0
@@ -199,11 +204,12 @@ class TransformersEngine:
                     params[name].copy_(value)
 
     def take_memory_stats(self) -> dict[str, float]:
-        """MiB of the KV buffers at their peak since the last call (they grow with the rows and tokens in flight and
-        are freed when the engine idles) and of the prefix cache now."""
-        peak, self._kv_peak_bytes = self._kv_peak_bytes, 0
+        """MiB of the KV buffers and of the prefix cache at their peaks since the last call (the buffers grow with the
+        rows and tokens in flight; both are freed while the engine idles, the store once the weights change)."""
         store = self._store.bytes if self._store is not None else 0
-        return {"kv_peak": peak / 2 ** 20, "prefix_cache": store / 2 ** 20}
+        peak, self._kv_peak_bytes = self._kv_peak_bytes, 0
+        store_peak, self._store_peak_bytes = max(self._store_peak_bytes, store), store
+        return {"kv_peak": peak / 2 ** 20, "prefix_cache": store_peak / 2 ** 20}
 
     def take_prefix_stats(self) -> dict[str, float]:
         """Prompt tokens admitted and prefix tokens reused since the last call, and their ratio (the hit rate)."""
@@ -250,7 +256,7 @@ class TransformersEngine:
                         items.append(self._inbox.get_nowait())
                 except queue.Empty:
                     if block:  # idle: between rollouts (the update runs then), the cache memory goes back
-                        self._kv.release()
+                        self._idle()
                 if None in items or self._closed:
                     self._shutdown([r for r in items if r is not None])
                     return
@@ -259,6 +265,26 @@ class TransformersEngine:
                     self._iteration()
                 except Exception as exc:  # a failed step fails its requests, never the worker
                     self._fail_all(exc)
+
+    def _idle(self) -> None:
+        """Free the KV buffers, and the prefix store once the trainer is training the module (or has changed its
+        weights: the store would be dropped at the next admission anyway); then hand the freed pages back to the OS
+        at once. They were allocated in this thread's malloc arena, which the trainer's thread does not reuse, and
+        glibc keeps freed heap memory resident: without the trim both would stay in the update's peak."""
+        freed = self._kv.release()
+        if self._store is not None and len(self._store) and self._weights_stale():
+            self._note_store()
+            self._store.clear()
+            freed = True
+        if freed:
+            trim()
+
+    def _note_store(self) -> None:
+        self._store_peak_bytes = max(self._store_peak_bytes, self._store.bytes)
+
+    def _weights_stale(self) -> bool:
+        """Whether the module is in training mode or a parameter changed since the store was last checked."""
+        return bool(self.model.training) or sum(p._version for p in self.model.parameters()) != self._weights_version
 
     def _iteration(self) -> None:
         scores = [r for r in self._pending if r.continuation is not None]
@@ -287,6 +313,7 @@ class TransformersEngine:
         version = sum(p._version for p in self.model.parameters())
         if version != self._weights_version:
             self._weights_version = version
+            self._note_store()
             self._store.clear()
 
     def _admit(self) -> None:
@@ -364,6 +391,7 @@ class TransformersEngine:
             for i, req in enumerate(batch):
                 if not self._store.covered(req.prompt):
                     self._store.insert(req.prompt, *new_kv.row_kv(i))
+            self._note_store()
         start = len(self._running)
         self._running.extend(batch)
         self._kv.expected_rows = len(self._running) + len(self._pending)
@@ -432,6 +460,7 @@ class TransformersEngine:
         seq = req.prompt + req.tokens[:-1]
         if not self._store.covered(seq):
             self._store.insert(seq, *self._kv.row_kv(row))
+            self._note_store()
 
     def _finish_reason(self, req: _Request, tok: int) -> str | None:
         if tok in self.eos_ids:

@@ -151,13 +151,15 @@ class BatchKV:
             layer.expose()
         self.rows = self.columns = 0
 
-    def release(self) -> None:
-        """Empty the batch and free the buffers (the next prefill allocates them again)."""
+    def release(self) -> bool:
+        """Empty the batch and free the buffers (the next prefill allocates them again); True if there were any."""
+        held = self._mask is not None or any(layer.kbuf is not None for layer in self.layers)
         self.clear()
         for layer in self.layers:
             layer.kbuf = layer.vbuf = None
             layer.expose()
         self._mask = None
+        return held
 
     def reserved_bytes(self) -> int:
         """Bytes of the key/value buffers and the mask as allocated now (rows and columns of headroom included)."""
