@@ -19,6 +19,7 @@ from agentr1_core.errors import ConfigError, suggest
 STAGES = ("sft", "rl")
 DTYPES = ("float32", "fp32", "float16", "fp16", "bfloat16", "bf16")
 RESUME_MODES = ("never", "auto")
+OFF_POLICY_MODES = ("none", "tis", "decoupled")  # trainer.off_policy_correction (algorithms.losses)
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
 # key path -> smallest valid value (integers and floats alike)
@@ -31,7 +32,8 @@ AT_LEAST: dict[str, float] = {
     "trainer.micro_batch_size": 1, "trainer.mini_batches": 1, "trainer.update_epochs": 1,
     "trainer.warmup_steps": 0, "trainer.critic_lr": 0.0, "trainer.value_coef": 0.0, "trainer.train_layers": 0,
     "trainer.threads": 0, "trainer.keep_checkpoints": 1, "trainer.min_free_gb": 0.0,
-    "trainer.keep_train_episodes": 0, "trainer.mmap_threshold_kb": 0,
+    "trainer.keep_train_episodes": 0, "trainer.mmap_threshold_kb": 0, "trainer.max_staleness": 0,
+    "trainer.importance_cap": 1.0,
     "model.lora.r": 1, "model.lora.alpha": 1, "model.lora.dropout": 0.0,
 }
 
@@ -86,6 +88,7 @@ def check_values(cfg: DictConfig) -> None:
         _fail("trainer.total_steps", f"must be >= 1 when stages include rl, got {cfg.trainer.total_steps!r}")
     _choice("model.dtype", cfg.model.dtype, DTYPES)
     _choice("trainer.resume", cfg.trainer.resume, RESUME_MODES)
+    _choice("trainer.off_policy_correction", cfg.trainer.off_policy_correction, OFF_POLICY_MODES)
     if not str(cfg.model.path).strip():
         _fail("model.path", "is empty; give a local folder, a Hugging Face id or smollm2-135m-instruct")
     if not str(cfg.run_dir).strip():

@@ -46,11 +46,11 @@ import torch
 
 from agentr1_core.algorithms.base import LossOutput
 from agentr1_core.algorithms.segments import check_choice
+from agentr1_core.validation import OFF_POLICY_MODES
 
 LOSS_TYPES = ("reinforce", "ppo", "gspo")
 LOSS_AGGS = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
 KL_ESTIMATORS = ("k1", "k2", "k3")
-OFF_POLICY_MODES = ("none", "tis", "decoupled")
 LOG_RATIO_LIMIT = 20.0
 GSPO_LOG_RATIO_MAX = 10.0
 K3_MAX = 10.0

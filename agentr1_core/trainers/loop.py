@@ -244,8 +244,6 @@ class TrainingLoop:
     def rollout_source(self) -> Any:
         """Where RL rollouts come from: in turn, or ahead of the update (``trainer.max_staleness`` > 0)."""
         staleness = int(self.cfg.trainer.max_staleness)
-        if staleness < 0:
-            raise ConfigError(f"config error at trainer.max_staleness: must be >= 0, got {staleness}")
         return PipelinedRollouts(self, staleness) if staleness > 0 else InlineRollouts(self)
 
     def train_iteration(self, source: Any = None) -> dict[str, Any]:

@@ -36,6 +36,7 @@ the ``update`` phase's peak includes the rollout running beside it.
 from __future__ import annotations
 
 import collections
+import contextlib
 import threading
 import time
 from dataclasses import dataclass, field
@@ -114,15 +115,7 @@ class InlineRollouts:
         return self.loop.backend.take_stats()
 
     def paused(self) -> Any:
-        return _NullContext()
-
-
-class _NullContext:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
+        return contextlib.nullcontext()
 
 
 class PipelinedRollouts:
@@ -160,6 +153,8 @@ class PipelinedRollouts:
             self.stopping = True
             in_flight = self.in_flight
             self.cond.notify_all()
+        if exc[0] is not None and issubclass(exc[0], KeyboardInterrupt):
+            return  # a second signal: no waiting for the rollout in flight (the thread is a daemon)
         t0 = time.perf_counter()
         if self.thread is not None:
             self.thread.join()
