@@ -244,8 +244,11 @@ class LocalBackend:
         """``trainer.recompute_old_logprobs`` resolved: ``auto`` recomputes when one rollout feeds several optimizer
         steps or the rollouts do not come from this process's engine running the policy module."""
         tr = self.cfg.trainer
-        return roles.recompute_old_logprobs(tr.recompute_old_logprobs,
-                                            int(tr.update_epochs) > 1 or int(tr.mini_batches) > 1,
+        several_steps = int(tr.update_epochs) > 1 or int(tr.mini_batches) > 1
+        correction = off_policy_correction(self.cfg)
+        if correction is not None and correction.mode == "tis" and str(tr.recompute_old_logprobs) == "auto":
+            return several_steps  # truncated IS weighs against the engine's own log-probs: nothing to recompute
+        return roles.recompute_old_logprobs(tr.recompute_old_logprobs, several_steps,
                                             self.engine if self.rollouts_run_policy_module else None,
                                             self.policy_engine_module, needs_proximal=self.needs_proximal)
 

@@ -231,3 +231,17 @@ def test_with_staleness_one_the_engine_samples_its_own_copy_one_update_old(tmp_p
     assert trainer.history["validation"]["iter2"]["cases"] == 1  # validation paused the pipeline and ran
     summary = trainer.history["memory"]["update"]
     assert 0 < summary["engine_weights"] < summary["weights"]
+
+
+@pytest.mark.slow
+def test_truncated_importance_sampling_weighs_against_the_engine_without_recomputing(tmp_path, tiny_model_dir):
+    trainer = LocalTrainer(_config(tmp_path, tiny_model_dir, "tis", "trainer.max_staleness=1",
+                                   "trainer.off_policy_correction=tis"), configure_registry())
+    trainer.fit()
+    assert not trainer.backend.recompute_old
+    iters = _iterations(trainer)
+    # no proximal policy: the old log-probs are the engine's, one update behind at iteration 2, and the weights
+    # are the current policy's ratio to them
+    assert iters[1]["async/staleness_max"] == 1 and iters[1]["onpolicy/ratio_dev_max"] > 1e-3
+    assert iters[1]["offpolicy/is_weight_max"] != pytest.approx(1.0, abs=1e-4)
+    assert all(r["weight_change"] > 0 for r in iters)
