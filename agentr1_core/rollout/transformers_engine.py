@@ -368,8 +368,11 @@ class TransformersEngine:
             self._init_row(req)
         reused = [m for _, m in hits]
         suffix = [len(req.prompt) - m for req, m in zip(batch, reused)]
-        new_kv = prefill_batch(self.num_layers, [(e.keys, e.values) if e is not None else None for e, _ in hits],
-                               reused, suffix)
+        prefixes = [(e.keys, e.values) if e is not None else None for e, _ in hits]
+        self._kv.expected_rows = len(self._running) + len(batch) + len(self._pending)
+        new_kv = self._kv.prefill_slots(prefixes, reused, suffix)  # in the running batch's free row slots
+        if new_kv is None:
+            new_kv = prefill_batch(self.num_layers, prefixes, reused, suffix)
         ids = torch.full((len(batch), longest), self.pad_id, dtype=torch.long)
         for i, (req, m) in enumerate(zip(batch, reused)):
             ids[i, longest - len(req.prompt) + m:] = torch.tensor(req.prompt[m:], dtype=torch.long)
