@@ -25,10 +25,25 @@ respected through the model's own mask, but nothing is evicted). This module doe
 
 from __future__ import annotations
 
+import math
+import mmap
+
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
 HEADROOM = 64  # extra cache columns allocated on every (re)build, so most decode steps never reallocate
+OWN_MAPPING_BYTES = 1 << 20  # CPU key/value buffers from this size up get their own anonymous mapping
+
+
+def zeros_like_kv(like: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    """A zeroed buffer of ``shape`` with ``like``'s dtype and device. On the CPU a large one is an anonymous mapping
+    of its own (zeroed by the kernel) rather than a block of the malloc heap: glibc keeps freed heap blocks
+    resident, and buffers that grow by half leave holes the next, larger buffer cannot reuse, so the old buffers'
+    bytes stayed in the phase's peak. A mapping goes back to the OS as soon as the tensor is freed."""
+    nbytes = math.prod(shape) * like.element_size()
+    if like.device.type != "cpu" or nbytes < OWN_MAPPING_BYTES:
+        return like.new_zeros(shape)
+    return torch.frombuffer(mmap.mmap(-1, nbytes), dtype=like.dtype).view(shape)
 
 
 class BufferLayer(DynamicLayer):
@@ -63,8 +78,8 @@ class BufferLayer(DynamicLayer):
         b_cap = max(rows, row_capacity, self.kbuf.shape[0])
         c_cap = self.kbuf.shape[2] if columns <= self.kbuf.shape[2] else columns + max(HEADROOM, columns // 2)
         _, h, _, d = self.kbuf.shape
-        kbuf = self.kbuf.new_zeros((b_cap, h, c_cap, d))
-        vbuf = self.vbuf.new_zeros((b_cap, h, c_cap, self.vbuf.shape[-1]))
+        kbuf = zeros_like_kv(self.kbuf, (b_cap, h, c_cap, d))
+        vbuf = zeros_like_kv(self.vbuf, (b_cap, h, c_cap, self.vbuf.shape[-1]))
         kbuf[: self.rows, :, : self.length] = self.kbuf[: self.rows, :, : self.length]
         vbuf[: self.rows, :, : self.length] = self.vbuf[: self.rows, :, : self.length]
         self.set_buffers(kbuf, vbuf, self.rows, self.length)
@@ -73,8 +88,8 @@ class BufferLayer(DynamicLayer):
         b, h, n, d = key_states.shape
         need = self.length + n
         if self.kbuf is None:
-            self.kbuf = key_states.new_zeros((b, h, need + HEADROOM, d))
-            self.vbuf = value_states.new_zeros((b, h, need + HEADROOM, value_states.shape[-1]))
+            self.kbuf = zeros_like_kv(key_states, (b, h, need + HEADROOM, d))
+            self.vbuf = zeros_like_kv(value_states, (b, h, need + HEADROOM, value_states.shape[-1]))
             self.rows = b
             self.device = key_states.device
         elif b != self.rows:
@@ -216,8 +231,8 @@ class BatchKV:
         for layer in self.layers:
             k = layer.kbuf[idx, :, start: layer.length]
             v = layer.vbuf[idx, :, start: layer.length]
-            kbuf = k.new_zeros((len(rows), k.shape[1], width + HEADROOM, k.shape[3]))
-            vbuf = v.new_zeros((len(rows), v.shape[1], width + HEADROOM, v.shape[3]))
+            kbuf = zeros_like_kv(k, (len(rows), k.shape[1], width + HEADROOM, k.shape[3]))
+            vbuf = zeros_like_kv(v, (len(rows), v.shape[1], width + HEADROOM, v.shape[3]))
             kbuf[:, :, :width], vbuf[:, :, :width] = k, v
             layer.set_buffers(kbuf, vbuf, len(rows), width)
         self.mask = mask[:, start:].clone()
@@ -270,8 +285,8 @@ class BatchKV:
             if mine.kbuf is None:
                 _, h, _, d = theirs.kbuf.shape
                 shape = (self.rows_to_allocate(m), h, target + HEADROOM)
-                mine.kbuf = theirs.kbuf.new_zeros(shape + (d,))
-                mine.vbuf = theirs.vbuf.new_zeros(shape + (theirs.vbuf.shape[-1],))
+                mine.kbuf = zeros_like_kv(theirs.kbuf, shape + (d,))
+                mine.vbuf = zeros_like_kv(theirs.vbuf, shape + (theirs.vbuf.shape[-1],))
             if not in_place:
                 mine.reserve(n + m, target, self.rows_to_allocate(n + m, mine.kbuf.shape[0]))
                 mine.kbuf[n: n + m, :, offset: target] = theirs.kbuf[:, :, : theirs.length]
@@ -315,8 +330,8 @@ class BatchKV:
         for layer in self.layers:
             _, h, _, d = layer.kbuf.shape
             idx = gather[:, None, :, None].expand(n, h, new_width, d).to(layer.kbuf.device)
-            kbuf = layer.kbuf.new_zeros((layer.kbuf.shape[0], h, new_width + HEADROOM, d))
-            vbuf = layer.vbuf.new_zeros((layer.vbuf.shape[0], h, new_width + HEADROOM, layer.vbuf.shape[-1]))
+            kbuf = zeros_like_kv(layer.kbuf, (layer.kbuf.shape[0], h, new_width + HEADROOM, d))
+            vbuf = zeros_like_kv(layer.vbuf, (layer.vbuf.shape[0], h, new_width + HEADROOM, layer.vbuf.shape[-1]))
             kbuf[:n, :, :new_width] = layer.kbuf[:n].gather(2, idx)
             vbuf[:n, :, :new_width] = layer.vbuf[:n].gather(2, idx)
             layer.set_buffers(kbuf, vbuf, n, new_width)
@@ -350,8 +365,8 @@ def prefill_batch(num_layers: int, prefixes: list[tuple[list[torch.Tensor], list
     ref_k, ref_v = next(p for p in prefixes if p is not None)
     for li, layer in enumerate(kv.layers):
         h, _, d = ref_k[li].shape
-        kbuf = ref_k[li].new_zeros((b, h, width_p + width_s, d))
-        vbuf = ref_v[li].new_zeros((b, h, width_p + width_s, ref_v[li].shape[-1]))
+        kbuf = zeros_like_kv(ref_k[li], (b, h, width_p + width_s, d))
+        vbuf = zeros_like_kv(ref_v[li], (b, h, width_p + width_s, ref_v[li].shape[-1]))
         for i, (prefix, p) in enumerate(zip(prefixes, prefix_lens)):
             if p:
                 kbuf[i, :, width_p - p: width_p] = prefix[0][li][:, :p]

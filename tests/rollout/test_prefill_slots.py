@@ -1,11 +1,16 @@
 """``BatchKV.prefill_slots``: a prefill written straight into the running batch's free row slots ends where the
-copying path (``prefill_batch`` then ``add``) puts it, with no second buffer for the new rows. No model."""
+copying path (``prefill_batch`` then ``add``) puts it, with no second buffer for the new rows; and the key/value
+buffers' own mappings (``zeros_like_kv``). No model."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+import pytest
 import torch
 
-from agentr1_core.rollout.transformers_kv import BatchKV, prefill_batch
+from agentr1_core.rollout.transformers_kv import BatchKV, prefill_batch, zeros_like_kv
 
 
 def _running(lengths: list[int], row_capacity: int = 8) -> BatchKV:
@@ -78,3 +83,16 @@ def test_prefill_slots_grow_the_buffer_first_and_need_one():
     direct.add(view)
     assert direct.batch_size == 3 and direct.length == 9
     assert _rows(direct) == [[0.0, 1.0], [1000.0 + t for t in range(9)], [1010.0 + t for t in range(4)]]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/maps")
+def test_large_cpu_buffers_are_zeroed_mappings_of_their_own():
+    """Large key/value buffers are not malloc blocks (which glibc keeps resident after free) but mappings that start
+    at the tensor's first byte; small ones stay ordinary tensors."""
+    like = torch.zeros(1)
+    big = zeros_like_kv(like, (8, 3, 1024, 64))  # 6 MiB
+    assert big.shape == (8, 3, 1024, 64) and big.dtype == like.dtype and not big.any()
+    starts = {int(line.split("-")[0], 16) for line in Path("/proc/self/maps").read_text().splitlines()}
+    assert big.data_ptr() in starts
+    small = zeros_like_kv(like, (1, 3, 8, 64))
+    assert small.data_ptr() not in starts and not small.any()
