@@ -291,6 +291,15 @@ class LocalBackend:
         """A copy of the trained weights, named as in the module the engine runs (for ``publish_weights``)."""
         return {n: p.detach().clone() for n, p in self.policy_engine_module.named_parameters() if p.requires_grad}
 
+    def release_optimizer_state(self) -> None:
+        """Free the optimizers' moments once training is over and saved (the last validation does not need them)."""
+        from agentr1_core.lifecycle.memory import trim
+
+        self.optimizer.state.clear()
+        if self.policy.critic is not None:
+            self.policy.critic.optimizer.state.clear()
+        trim()
+
     def publish_weights(self, snapshot: dict[str, Any] | None = None) -> dict[str, Any]:
         """Make the engine sample the trainer's weights: it runs the policy's own module (nothing to copy) or, with
         rollouts ahead of the update, its own copy, which takes ``snapshot`` in place."""

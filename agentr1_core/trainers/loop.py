@@ -7,7 +7,9 @@
 3. validate (``before_sft`` / ``before_rl``) -> SFT on expert episodes -> validate (``after_sft``) -> RL iterations
    (rollout -> step rows -> ``backend.rl_update`` -> ``backend.publish_weights``), validating every
    ``validation.every`` iterations -> validate (``after_rl``);
-4. a checkpoint every ``trainer.checkpoint_every`` iterations and at the end (0: only at the end, < 0: never);
+4. a checkpoint every ``trainer.checkpoint_every`` iterations and at the end (0: only at the end, < 0: never); the
+   final one is written before the last validation, after which a backend may free its optimizer's state
+   (``release_optimizer_state``);
 5. ``summary.json`` (with the memory account: each phase's peak resident set by part) and the ``[done]`` line.
 
 After every rollout, episodes that failed are reported and a rollout whose every episode hit an env error stops the
@@ -296,14 +298,15 @@ class TrainingLoop:
         return out
 
     def memory_account(self) -> dict[str, dict[str, float]]:
-        """Each phase's highest peak, laid out by part (``lifecycle.memory.account``). The engine's KV buffers
-        count in the rollout phases only (they are freed while the engine idles), gradients in the update phases;
-        the prefix cache in every phase (it is dropped only when the next rollout sees new weights)."""
+        """Each phase's highest peak, laid out by part (``lifecycle.memory.account``). The engine's KV buffers and
+        its prefix cache count in the generating phases only (the idle engine frees both once the model trains),
+        gradients in the update phases."""
         out = {}
+        engine_parts = ("kv_peak", "prefix_cache")
         for phase, peak in self.peaks.highest.items():
             generating = phase in ("rollout", "validation")
             parts = {k: v for k, v in self.memory_parts.items()
-                     if (k != "kv_peak" or generating) and (k != "gradients" or not generating)}
+                     if (k not in engine_parts or generating) and (k != "gradients" or not generating)}
             out[phase] = account(parts, peak, self.baseline_mb)
         return out
 
@@ -338,9 +341,13 @@ class TrainingLoop:
             with self.rollout_source() as source:
                 while self.iteration < int(self.cfg.trainer.total_steps):
                     self.train_iteration(source)
-            self.validate("after_rl")
         if int(self.cfg.trainer.checkpoint_every) >= 0:
             self.save_checkpoint()  # the final state (a no-op when the last iteration just wrote it)
+        if "rl" in stages:
+            release = getattr(self.backend, "release_optimizer_state", None)
+            if callable(release):  # trained and saved: the last validation does not need the optimizer's moments
+                release()
+            self.validate("after_rl")
         self.history.update(wall_seconds=time.perf_counter() - start, peak_rss_mb=peak_rss_mb(),
                             iterations=self.iteration, seed=int(self.cfg.seed), memory=self.memory_account())
         for phase, acc in self.history["memory"].items():

@@ -163,9 +163,11 @@ class PipelinedRollouts:
             waiting = sorted(set(waiting) | {in_flight})
         self.ready.clear()
         if waiting:
+            finished = (f" (the one in flight finished in {time.perf_counter() - t0:.1f}s)"
+                        if in_flight is not None else "")
             print(f"[pipeline] stopped at iteration {self.loop.iteration}: discarded the rollouts of iterations "
-                  f"{waiting} (the one in flight finished in {time.perf_counter() - t0:.1f}s); they are not in any "
-                  f"checkpoint, a resumed run samples those rows again", flush=True)
+                  f"{waiting}{finished}; they are not in any checkpoint, a resumed run samples those rows again",
+                  flush=True)
             writer = getattr(self.loop, "writer", None)
             if writer is not None:
                 writer.write({"event": "pipeline_stopped", "iteration": self.loop.iteration, "discarded": waiting})
