@@ -116,6 +116,7 @@ class VerlBackend:
         self.owns_ray = False
         self._last_weights: dict[str, Any] | None = None
         self._snapshot_metrics: dict[str, Any] = {}
+        self._asleep = False  # the rollout engines were put to sleep and are woken when weights are published
 
     # -- build --------------------------------------------------------------------------------------------------
     def build(self, run: RunInputs) -> str:
@@ -226,7 +227,8 @@ class VerlBackend:
         t0 = time.perf_counter()
         self.pool.publish(snapshot)
         metrics["publish_seconds"] = time.perf_counter() - t0
-        metrics["dist/wake_seconds"] = self._engines("wake_up") if self.engines_sleep else 0.0
+        metrics["dist/wake_seconds"] = self._engines("wake_up") if self._asleep else 0.0
+        self._asleep = False
         return metrics
 
     @staticmethod
@@ -257,7 +259,8 @@ class VerlBackend:
         width = max(len(r.response_ids) for r in steps.rows) or 1
         layout = step_rows_to_verl(steps.rows, torch.zeros(len(steps.rows), width), None, self.pad_id,
                                    steps.group_keys, steps.traj_uids, meta={"temperature": 1.0})
-        self._engines("sleep")  # SFT never overlaps a rollout
+        self._asleep = True  # SFT never overlaps a rollout
+        self._engines("sleep")
         t0 = time.perf_counter()
         got = self.groups.sft_update(to_dataproto(layout), float(sft.lr), int(sft.epochs), int(sft.batch_size),
                                      int(self.cfg.seed))
@@ -276,7 +279,8 @@ class VerlBackend:
         self.reference_pending = False
 
     def rl_update(self, steps: Any, trajectories: list[Any], iteration: int) -> dict[str, Any]:
-        metrics = {"dist/sleep_seconds": self._engines("sleep") if self.engines_sleep else 0.0}
+        self._asleep = self.engines_sleep
+        metrics = {"dist/sleep_seconds": self._engines("sleep") if self._asleep else 0.0}
         metrics.update(self._update(steps, trajectories, iteration))
         return metrics
 
