@@ -259,10 +259,7 @@ class BatchKV:
             vbuf = mine.vbuf[n: n + m, :, target - width: target]
             kbuf[:, :, :width_p] = 0  # left padding of the prefix region, as prefill_batch's fresh buffers
             vbuf[:, :, :width_p] = 0
-            for i, (prefix, p) in enumerate(zip(prefixes, prefix_lens)):
-                if p:
-                    kbuf[i, :, width_p - p: width_p] = prefix[0][li][:, :p]
-                    vbuf[i, :, width_p - p: width_p] = prefix[1][li][:, :p]
+            place_prefixes(kbuf, vbuf, li, prefixes, prefix_lens, width_p)
             theirs.set_buffers(kbuf, vbuf, m, width_p)
         return kv
 
@@ -367,12 +364,20 @@ def prefill_batch(num_layers: int, prefixes: list[tuple[list[torch.Tensor], list
         h, _, d = ref_k[li].shape
         kbuf = zeros_like_kv(ref_k[li], (b, h, width_p + width_s, d))
         vbuf = zeros_like_kv(ref_v[li], (b, h, width_p + width_s, ref_v[li].shape[-1]))
-        for i, (prefix, p) in enumerate(zip(prefixes, prefix_lens)):
-            if p:
-                kbuf[i, :, width_p - p: width_p] = prefix[0][li][:, :p]
-                vbuf[i, :, width_p - p: width_p] = prefix[1][li][:, :p]
+        place_prefixes(kbuf, vbuf, li, prefixes, prefix_lens, width_p)
         layer.set_buffers(kbuf, vbuf, b, width_p)
     return kv
+
+
+def place_prefixes(kbuf: torch.Tensor, vbuf: torch.Tensor, layer: int,
+                   prefixes: list[tuple[list[torch.Tensor], list[torch.Tensor]] | None], prefix_lens: list[int],
+                   width_p: int) -> None:
+    """Copy each row's cached prefix keys/values of decoder ``layer`` right-aligned into the prefix region
+    (columns ``[0, width_p)``) of ``kbuf`` / ``vbuf``."""
+    for i, (prefix, p) in enumerate(zip(prefixes, prefix_lens)):
+        if p:
+            kbuf[i, :, width_p - p: width_p] = prefix[0][layer][:, :p]
+            vbuf[i, :, width_p - p: width_p] = prefix[1][layer][:, :p]
 
 
 def prefill_mask(prefix_lens: list[int], suffix_lens: list[int]) -> torch.Tensor:

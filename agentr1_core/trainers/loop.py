@@ -261,7 +261,9 @@ class TrainingLoop:
         write_train_episodes(self.run_dir, self.iteration, trajs, int(cfg.trainer.keep_train_episodes))
         if source.max_staleness > 0:
             trajs, ages = staleness_metrics(trajs, self.iteration - 1, source.max_staleness)
-            metrics.update(ages, **batch.metrics, **{"async/policy_version": batch.version})
+            metrics.update(ages)
+            metrics.update(batch.metrics)
+            metrics["async/policy_version"] = batch.version
         steps = trajectories_to_rows(trajs)
         metrics.update(train_steps=len(steps.rows), nonfinite_logprob_steps=steps.nonfinite_logprob_steps)
         if steps.rows:

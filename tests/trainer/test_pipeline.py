@@ -63,18 +63,23 @@ def scripted_loop(backend: ScriptedBackend, total: int) -> SimpleNamespace:
     return loop
 
 
-def train(loop: SimpleNamespace, pipeline: PipelinedRollouts, update_seconds: float) -> list:
+def drive(loop: SimpleNamespace, pipeline: PipelinedRollouts, update_seconds: float) -> list:
+    """The loop's side of a started pipeline: take each rollout, "update" for ``update_seconds``, hand back weights."""
     batches = []
-    with pipeline:
-        while loop.iteration < int(loop.cfg.trainer.total_steps):
-            loop.iteration += 1
-            batch = pipeline.next(loop.iteration)
-            time.sleep(update_seconds)
-            loop.backend.trained = loop.iteration
-            pipeline.after_update(loop.iteration)
-            pipeline.iteration_end(loop.iteration)
-            batches.append(batch)
+    while loop.iteration < int(loop.cfg.trainer.total_steps):
+        loop.iteration += 1
+        batch = pipeline.next(loop.iteration)
+        time.sleep(update_seconds)
+        loop.backend.trained = loop.iteration
+        pipeline.after_update(loop.iteration)
+        pipeline.iteration_end(loop.iteration)
+        batches.append(batch)
     return batches
+
+
+def train(loop: SimpleNamespace, pipeline: PipelinedRollouts, update_seconds: float) -> list:
+    with pipeline:
+        return drive(loop, pipeline, update_seconds)
 
 
 @pytest.mark.parametrize("staleness", [0, 1, 2])
@@ -97,25 +102,12 @@ def test_finished_rollouts_wait_in_a_bounded_queue():
     loop = scripted_loop(backend, total=6)
     pipeline = PipelinedRollouts(loop, 2)
     with pipeline:
-        time.sleep(0.3)  # the trainer is busy: the producer fills the queue and waits
+        deadline = time.time() + 10
+        while len(pipeline.ready) < 2 and time.time() < deadline:  # the trainer is busy: the producer fills the queue
+            time.sleep(0.01)
+        time.sleep(0.2)  # ... and then waits
         assert len(pipeline.ready) == 2 and len(backend.started) == 2
-        train(loop, _Entered(pipeline), update_seconds=0.0)
-
-
-class _Entered:
-    """A pipeline already started (``train`` enters its argument)."""
-
-    def __init__(self, pipeline: PipelinedRollouts) -> None:
-        self.pipeline = pipeline
-
-    def __enter__(self):
-        return self.pipeline
-
-    def __exit__(self, *exc):
-        return None
-
-    def __getattr__(self, name):
-        return getattr(self.pipeline, name)
+        drive(loop, pipeline, update_seconds=0.0)
 
 
 def test_a_rollout_error_reaches_the_trainer_and_the_pipeline_stops():
