@@ -29,7 +29,7 @@ AT_LEAST: dict[str, float] = {
     "validation.every": 0, "validation.max_rows": 0, "validation.n": 1, "validation.temperature": 0.0,
     "sft.rows": 1, "sft.epochs": 1, "sft.batch_size": 1, "sft.lr": 0.0,
     "trainer.total_steps": 0, "trainer.lr": 0.0, "trainer.weight_decay": 0.0, "trainer.max_grad_norm": 0.0,
-    "trainer.micro_batch_size": 1, "trainer.mini_batches": 1, "trainer.update_epochs": 1,
+    "trainer.micro_batch_size": 1, "trainer.micro_batch_tokens": 0, "trainer.mini_batches": 1, "trainer.update_epochs": 1,
     "trainer.warmup_steps": 0, "trainer.critic_lr": 0.0, "trainer.value_coef": 0.0, "trainer.train_layers": 0,
     "trainer.threads": 0, "trainer.keep_checkpoints": 1, "trainer.min_free_gb": 0.0,
     "trainer.keep_train_episodes": 0, "trainer.mmap_threshold_kb": 0, "trainer.max_staleness": 0,

@@ -1,8 +1,9 @@
 """Where the bytes go, measured on SmolLM2-135M-Instruct (fp32, CPU): two experiments, each case in its own process.
 
 1. ``sft``: one SFT optimizer step on a WebShop-sized micro-batch (``--rows`` rows of ``--tokens`` tokens, 8 x 1,100
-   by default: what ``webshop-cpu``'s SFT stage runs) through the top ``--train-layers`` blocks, with and without
-   ``trainer.activation_checkpointing``: the phase's peak RSS, its seconds, and the account by part.
+   by default: what ``webshop-cpu``'s SFT stage runs) through the top ``--train-layers`` blocks, under token budgets
+   per micro-batch (``trainer.micro_batch_tokens``, ``--budgets``) and with ``trainer.activation_checkpointing``:
+   the phase's peak RSS, its seconds, and the account by part.
 2. ``kv``: the engine generating for 8 / 32 / 128 concurrent requests with the same prompt length: the KV buffers at
    their peak and the phase's peak RSS, which must follow the tokens in flight (not ``engine.max_batch_size``).
 
@@ -52,14 +53,14 @@ def child_sft(args: argparse.Namespace) -> dict:
     params = [p for p in model.parameters() if p.requires_grad]
     opt = make_optimizer([{"params": params, "lr": 1e-5}], lr=1e-5)
     policy = Policy(model=model, pad_id=int(tok.eos_token_id), params=params, share_prefix=0,
-                    activation_checkpointing=args.checkpointing)
+                    activation_checkpointing=args.checkpointing, micro_batch_tokens=args.budget)
     peaks = PhasePeaks()
     t0 = time.perf_counter()
     with peaks.phase("sft"):
         sft_update(policy, opt, rows, epochs=1, batch_size=args.rows, micro_batch_size=args.rows, max_grad_norm=1.0,
                    progress=False)
     seconds = time.perf_counter() - t0
-    return {"checkpointing": args.checkpointing, "seconds": round(seconds, 2), "peak_mb": round(peaks.last["sft"], 1),
+    return {"checkpointing": args.checkpointing, "micro_batch_tokens": args.budget, "seconds": round(seconds, 2), "peak_mb": round(peaks.last["sft"], 1),
             "baseline_mb": round(baseline, 1), "weights_mb": round(module_mb(model), 1),
             "optimizer_mb": round(optimizer_mb(opt), 1), "gradients_mb": round(tensor_mb(params), 1),
             "trainable_m": round(sum(p.numel() for p in params) / 1e6, 2)}
@@ -102,6 +103,8 @@ def main() -> None:
     ap.add_argument("--only", choices=["sft", "kv"])
     ap.add_argument("--child", choices=["sft", "kv"])
     ap.add_argument("--checkpointing", action="store_true")
+    ap.add_argument("--budget", type=int, default=0, help="trainer.micro_batch_tokens of one sft child")
+    ap.add_argument("--budgets", default="0,4096,2048", help="the sft experiment's token budgets (no checkpointing)")
     ap.add_argument("--rows", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=1100)
     ap.add_argument("--response", type=int, default=60)
@@ -115,16 +118,21 @@ def main() -> None:
         print(json.dumps(child_sft(args) if args.child == "sft" else child_kv(args)))
         return
     me = str(Path(__file__).resolve())
-    result: dict = {"machine": machine_info()}
+    previous = Path(__file__).resolve().parent / "results" / "memory.json"
+    # one experiment alone keeps the other's last results
+    result: dict = json.loads(previous.read_text()) if args.only and previous.exists() else {}
+    result["machine"] = machine_info()
     if args.only in (None, "sft"):
-        rows = [run_json_subprocess([me, "--child", "sft", *(["--checkpointing"] if c else []), "--rows",
-                                     str(args.rows), "--tokens", str(args.tokens), "--train-layers",
+        cases = [(False, int(b)) for b in args.budgets.split(",") if b.strip()] + [(True, 0)]
+        rows = [run_json_subprocess([me, "--child", "sft", *(["--checkpointing"] if c else []), "--budget", str(b),
+                                     "--rows", str(args.rows), "--tokens", str(args.tokens), "--train-layers",
                                      str(args.train_layers), "--threads", str(args.threads)])
-                for c in (False, True)]
+                for c, b in cases]
         result["sft"] = rows
-        print(print_table(["checkpointing", "peak MiB", "seconds", "baseline", "weights", "optimizer", "gradients"],
-                          [[r["checkpointing"], r["peak_mb"], r["seconds"], r["baseline_mb"], r["weights_mb"],
-                            r["optimizer_mb"], r["gradients_mb"]] for r in rows]))
+        print(print_table(["checkpointing", "token budget", "peak MiB", "seconds", "baseline", "weights",
+                           "optimizer", "gradients"],
+                          [[r["checkpointing"], r["micro_batch_tokens"], r["peak_mb"], r["seconds"], r["baseline_mb"],
+                            r["weights_mb"], r["optimizer_mb"], r["gradients_mb"]] for r in rows]))
     if args.only in (None, "kv"):
         rows = [run_json_subprocess([me, "--child", "kv", "--concurrent", str(n), "--prompt", str(args.prompt),
                                      "--new-tokens", str(args.new_tokens), "--threads", str(args.threads)])

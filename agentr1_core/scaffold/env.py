@@ -137,7 +137,8 @@ data:
 rollout: {batch_size: 4, n: 4, temperature: 0.7, max_new_tokens: 8, max_turns: $max_turns, max_prompt_tokens: 512}
 validation: {every: 0, before: true, max_rows: 32, n: 1, temperature: 0.0}
 sft: {rows: 32, epochs: 1, lr: 1.0e-4, batch_size: 8}
-trainer: {name: local, total_steps: 6, lr: 2.0e-5, micro_batch_size: 8, max_grad_norm: 1.0, train_layers: 10}
+trainer: {name: local, total_steps: 6, lr: 2.0e-5, micro_batch_size: 8, micro_batch_tokens: 2048, max_grad_norm: 1.0,
+          train_layers: 10}
 '''
 
 TESTS = '''"""The $ident env: its contract, its answers, its step cap, its expert, and the shipped games."""

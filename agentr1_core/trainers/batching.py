@@ -144,6 +144,12 @@ class ModelInputs:
         prefix = int(self.prefix_ids.shape[1]) if self.prefix_ids is not None else 0
         return prefix + int(self.attention_mask[:, prefix:].sum())
 
+    @property
+    def padded_positions(self) -> int:
+        """Token positions the forward's tensors hold: the prefix once, then every row padded to the longest."""
+        prefix = int(self.prefix_ids.shape[1]) if self.prefix_ids is not None else 0
+        return prefix + int(self.input_ids.numel())
+
     def to(self, device: Any) -> "ModelInputs":
         prefix = self.prefix_ids.to(device) if self.prefix_ids is not None else None
         return ModelInputs(self.input_ids.to(device), self.attention_mask.to(device), self.position_ids.to(device),
@@ -186,16 +192,33 @@ def collate(rows: Sequence[StepRow], pad_id: int, share_prefix: int = 0) -> Mode
 
 
 def micro_batches(indices: Sequence[int], rows: Sequence[StepRow], size: int,
-                  share_prefix: int = 0) -> list[list[int]]:
-    """Split ``indices`` into chunks of ``size`` rows, after sorting by length so that padding stays small.
+                  share_prefix: int = 0, max_tokens: int = 0) -> list[list[int]]:
+    """Split ``indices`` into micro-batches of at most ``size`` rows, after sorting by length so that padding stays
+    small.
 
-    With ``share_prefix`` (see ``collate``) a second split is considered, by token ids (rows with long common
-    prefixes together), and the one with fewer computed token positions (shared prefixes once, rows padded to the
-    longest rest) is returned."""
+    With ``max_tokens`` > 0 a micro-batch also holds at most that many computed token positions
+    (``computed_positions``: padding included, a shared prefix once), so that activation memory follows the tokens
+    a pass runs, not the row count: long rows go fewer to a micro-batch, and a row longer than the budget runs
+    alone. With ``share_prefix`` (see ``collate``) a second split is considered, by token ids (rows with long
+    common prefixes together), and the one with fewer computed token positions is returned."""
     size = max(1, int(size))
+    max_tokens = max(0, int(max_tokens))
 
     def split(order: list[int]) -> list[list[int]]:
-        return [order[k:k + size] for k in range(0, len(order), size)]
+        if not max_tokens:
+            return [order[k:k + size] for k in range(0, len(order), size)]
+        out: list[list[int]] = []
+        current: list[int] = []
+        for i in order:
+            candidate = current + [i]
+            if current and (len(candidate) > size
+                            or computed_positions([rows[j] for j in candidate], share_prefix) > max_tokens):
+                out.append(current)
+                candidate = [i]
+            current = candidate
+        if current:
+            out.append(current)
+        return out
 
     by_length = split(sorted(indices, key=lambda i: rows[i].num_tokens))
     if share_prefix <= 0 or len(by_length) < 2:  # one micro-batch: the same rows either way

@@ -172,8 +172,8 @@ class LocalBackend:
             enable_activation_checkpointing(policy_model)
         self.policy = Policy(model=policy_model, pad_id=int(pad_id), device=self.device, value_head=value_head,
                              ref_model=ref_model, ref_context=ref_context, critic=critic,
-                             share_prefix=int(tr.share_prefix), onednn_linears=bool(tr.onednn_linears),
-                             activation_checkpointing=bool(tr.activation_checkpointing),
+                             share_prefix=int(tr.share_prefix), micro_batch_tokens=int(tr.micro_batch_tokens),
+                             onednn_linears=bool(tr.onednn_linears), activation_checkpointing=bool(tr.activation_checkpointing),
                              params=trainable + (list(value_head.parameters()) if value_head is not None else []))
         self.policy.model.eval()
         # the module the engine would run to sample the policy's own weights; with rollouts ahead of the update the
@@ -191,6 +191,7 @@ class LocalBackend:
                                           tokenizer=tokenizer)
         self.trainable_params = sum(p.numel() for p in trainable)
         self.engine_model = engine_model
+        self.sft_optimizer_mb = 0.0  # the optimizer's state at the end of SFT (cleared for RL), until measured
         # Algorithms that judge the policy's tokens with another model (a distillation teacher) check the policy's
         # tokenizer here, at startup, before any rollout.
         bind_policy = getattr(self.algorithm, "bind_policy", None)
@@ -236,6 +237,9 @@ class LocalBackend:
                              max_grad_norm=float(self.cfg.trainer.max_grad_norm), generator=gen)
         for group, lr in zip(self.optimizer.param_groups, scheduled):
             group["lr"] = lr  # where the scheduler left them: RL's first step gets its first warm-up factor
+        from agentr1_core.lifecycle.memory import optimizer_mb
+
+        self.sft_optimizer_mb = optimizer_mb(self.optimizer)  # for the account of the SFT phase
         self.optimizer.state.clear()  # fresh moments for RL
         return metrics
 
@@ -316,7 +320,8 @@ class LocalBackend:
     def memory_parts(self) -> dict[str, float]:
         """MiB of what this backend holds, measured on its tensors: the policy's weights (the engine shares them),
         a separate reference, the critic with its optimizer, the optimizer's state, the gradients an update
-        allocates (one per trainable parameter, freed after each step), the engine's KV buffers at their peak since
+        allocates (one per trainable parameter, freed after each step), the activations the largest micro-batch of
+        the passes since the last call saved for its backward (``update.SavedActivations``), the engine's KV buffers at their peak since
         the last call and its prefix cache; plus the algorithm's own (``memory_parts()`` of a distillation teacher,
         for instance)."""
         from agentr1_core.lifecycle.memory import module_mb, optimizer_mb, tensor_mb
@@ -325,6 +330,12 @@ class LocalBackend:
         parts = {"weights": module_mb(policy.model) + module_mb(policy.value_head),
                  "optimizer": optimizer_mb(self.optimizer),
                  "gradients": tensor_mb(policy.params)}
+        if self.sft_optimizer_mb:  # the moments SFT held until it ended
+            parts["optimizer"] = max(parts["optimizer"], self.sft_optimizer_mb)
+            self.sft_optimizer_mb = 0.0
+        if policy.activations_peak_mb:
+            parts["activations"] = policy.activations_peak_mb
+            policy.activations_peak_mb = 0.0
         if policy.ref_model is not None:  # only what it does not share with the policy
             parts["reference"] = tensor_mb(roles.own_parameters(policy.ref_model, policy.model))
         if self.engine_model is not self.policy_engine_module:

@@ -114,7 +114,8 @@ class TrainingLoop:
         self.resumed_from: Path | None = None
         self.writer: Any = None
         self.peaks = PhasePeaks()
-        self.memory_parts: dict[str, float] = {}  # the largest value of each part seen (MiB)
+        # per phase: its highest peak (MiB) and the parts the backend measured right after that occurrence
+        self.phase_accounts: dict[str, tuple[float, dict[str, float]]] = {}
         # the data order as of the last rollout trained, when rollouts run ahead of the update (else the live one)
         self.consumed_data_state: dict[str, Any] | None = None
         self._setup_done = False
@@ -206,7 +207,8 @@ class TrainingLoop:
             trajs, seconds = self.rollout(self.val_rows, int(self.cfg.validation.n), self.val_sampling,
                                           desc=f"validate ({label})", prefix=f"val-{label}-")
         result = validation_metrics(trajs)
-        result.update(label=label, seconds=seconds, iteration=self.iteration, peak_rss_mb=peak_rss_mb())
+        result.update(label=label, seconds=seconds, iteration=self.iteration, peak_rss_mb=peak_rss_mb(),
+                      **self.memory_metrics(("validation",)))
         report_episode_errors(self, trajs, f"validation {label}", result)
         self.history.setdefault("validation", {})[label] = result
         self.writer.write({"event": "validation", **result})
@@ -290,25 +292,30 @@ class TrainingLoop:
 
     # -- memory -----------------------------------------------------------------------------------------------------
     def memory_metrics(self, phases: tuple[str, ...]) -> dict[str, float]:
-        """``memory/<phase>_peak_mb`` of the phases just run and ``memory/<part>_mb`` of what the backend holds."""
+        """``memory/<phase>_peak_mb`` of the phases just run and ``memory/<part>_mb`` of what the backend holds.
+        Each phase keeps the parts measured after its highest peak, for the account."""
         measure = getattr(self.backend, "memory_parts", None)
         parts = measure() if callable(measure) else {}
-        for key, value in parts.items():
-            self.memory_parts[key] = max(value, self.memory_parts.get(key, 0.0))
+        for phase in phases:
+            peak = self.peaks.last.get(phase)
+            if peak is not None and peak >= self.phase_accounts.get(phase, (-1.0, {}))[0]:
+                self.phase_accounts[phase] = (peak, dict(parts))
         out = {f"memory/{p}_peak_mb": self.peaks.last[p] for p in phases if p in self.peaks.last}
         out.update({f"memory/{k}_mb": v for k, v in parts.items()})
         return out
 
     def memory_account(self) -> dict[str, dict[str, float]]:
-        """Each phase's highest peak, laid out by part (``lifecycle.memory.account``). The engine's KV buffers and
-        its prefix cache count in the generating phases only (the idle engine frees both once the model trains),
-        gradients in the update phases."""
+        """Each phase's highest peak, laid out by the parts measured after it (``lifecycle.memory.account``). The
+        engine's KV buffers and its prefix cache count in the generating phases only (the idle engine frees both
+        once the model trains), gradients and activations in the training phases only."""
         out = {}
         engine_parts = ("kv_peak", "prefix_cache")
+        training_parts = ("gradients", "activations")
         for phase, peak in self.peaks.highest.items():
             generating = phase in ("rollout", "validation")
-            parts = {k: v for k, v in self.memory_parts.items()
-                     if (k not in engine_parts or generating) and (k != "gradients" or not generating)}
+            measured = self.phase_accounts.get(phase, (peak, {}))[1]
+            parts = {k: v for k, v in measured.items()
+                     if (k not in engine_parts or generating) and (k not in training_parts or not generating)}
             out[phase] = account(parts, peak, self.baseline_mb)
         return out
 

@@ -63,8 +63,10 @@ class Policy:
     params: list[torch.nn.Parameter] = field(default_factory=list)  # what gradient clipping covers
     critic: Critic | None = None  # a separate critic model (instead of value_head)
     share_prefix: int = 0  # run a micro-batch's common token prefix once when it is at least this long (0: never)
+    micro_batch_tokens: int = 0  # at most this many computed token positions per micro-batch (0: rows only)
     onednn_linears: bool = False  # on CPU, the linear layers of passes without gradients go through oneDNN
     activation_checkpointing: bool = False  # the model recomputes its blocks' activations in the backward pass
+    activations_peak_mb: float = 0.0  # the most a micro-batch's forward saved for its backward, since last taken
 
     @property
     def has_critic(self) -> bool:
@@ -81,6 +83,40 @@ class Policy:
         if self.onednn_linears and torch.device(self.device).type == "cpu":
             return CpuLinears(weight_major_rows=0, onednn=True)
         return contextlib.nullcontext()
+
+
+class SavedActivations:
+    """``with SavedActivations(policy) as saved: forward + loss``; ``saved.mb`` is then what autograd holds for the
+    backward pass (the micro-batch's activations at their peak), measured through torch's saved-tensor hooks: each
+    storage once, the models' parameters left out. Under activation checkpointing only what the checkpointed blocks
+    keep between them is seen. The highest value goes to ``policy.activations_peak_mb``."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        models = [policy.model] + ([policy.critic.model] if policy.critic is not None else [])
+        self.skip = {p.untyped_storage().data_ptr() for m in models for p in m.parameters()}
+        self.sizes: dict[int, int] = {}
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
+
+    def _pack(self, tensor: Any) -> Any:
+        if isinstance(tensor, torch.Tensor):
+            storage = tensor.untyped_storage()
+            key = storage.data_ptr()
+            if key and key not in self.skip:
+                self.sizes[key] = storage.nbytes()
+        return tensor
+
+    @property
+    def mb(self) -> float:
+        return sum(self.sizes.values()) / 2 ** 20
+
+    def __enter__(self) -> "SavedActivations":
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._hooks.__exit__(*exc)
+        self.policy.activations_peak_mb = max(self.policy.activations_peak_mb, self.mb)
 
 
 def with_policy_linears(fn: Callable) -> Callable:
@@ -141,23 +177,29 @@ class UpdateStats:
 class WeightChange:
     """Measures ``||theta_after - theta_before||`` over the trained parameters (a cheap proof that an update landed).
 
-    One multi-tensor copy before and one multi-tensor difference + norm after; ``enabled=False`` skips both."""
+    The copy of the weights is taken right before the first optimizer step (``mark``), after that step's backward
+    pass has freed its activations, so it never adds to a forward's peak; the norm is taken one tensor at a time.
+    ``enabled=False`` skips both."""
 
     def __init__(self, params: Sequence[torch.nn.Parameter], enabled: bool = True) -> None:
         self.params = [p for p in params] if enabled else []
         self.enabled = enabled
-        with torch.no_grad():
-            self.before = [p.detach().clone() for p in self.params]
+        self.before: list[torch.Tensor] | None = None
+
+    def mark(self) -> None:
+        """Copy the weights, once: call before every optimizer step."""
+        if self.enabled and self.before is None:
+            with torch.no_grad():
+                self.before = [p.detach().clone() for p in self.params]
 
     def norm(self) -> float | None:
         if not self.enabled:
             return None
-        if not self.params:
+        if not self.params or self.before is None:  # no optimizer step ran
             return 0.0
         with torch.no_grad():
-            diffs = torch._foreach_sub([p.detach() for p in self.params], self.before)
-            norms = torch._foreach_norm(diffs)
-            return float(torch.linalg.vector_norm(torch.stack([n.float() for n in norms])))
+            total = sum(float(torch.linalg.vector_norm(p.detach() - b)) ** 2 for p, b in zip(self.params, self.before))
+        return math.sqrt(total)
 
 
 def _sub_batch(batch: StepBatch, idx: list[int]) -> StepBatch:
@@ -227,7 +269,8 @@ def state_values(policy: Policy, prompts: Sequence[Sequence[int]], micro_batch_s
     was_training = model.training
     model.eval()
     try:
-        for idx in micro_batches(range(len(rows)), rows, micro_batch_size, policy.share_prefix):
+        for idx in micro_batches(range(len(rows)), rows, micro_batch_size, policy.share_prefix,
+                                 policy.micro_batch_tokens):
             inputs = collate([rows[i] for i in idx], policy.pad_id, policy.share_prefix).to(policy.device)
             values = response_forward(model, inputs, 1, value_head=head).values
             out[torch.tensor(idx, dtype=torch.long)] = values.float().cpu()
@@ -277,7 +320,8 @@ def score_batch(policy: Policy, rows: Sequence[StepRow], batch: StepBatch, micro
         batch.extras["rollout_logprobs"] = batch.old_logprobs.clone()
     gap = LogprobGap()
     policy.model.eval()
-    for idx in micro_batches(range(len(rows)), rows, micro_batch_size, policy.share_prefix):
+    for idx in micro_batches(range(len(rows)), rows, micro_batch_size, policy.share_prefix,
+                                 policy.micro_batch_tokens):
         inputs = collate([rows[i] for i in idx], policy.pad_id, policy.share_prefix).to(policy.device)
         index = torch.tensor(idx, dtype=torch.long)
         if recompute_old or need_values:
@@ -392,7 +436,8 @@ def policy_update(policy: Policy, algorithm: Algorithm, optimizer: torch.optim.O
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=max(1, update_epochs) * len(micro_batches(runs, rows, micro_batch_size)), desc="update",
+        plan = micro_batches(runs, rows, micro_batch_size, policy.grad_share_prefix, policy.micro_batch_tokens)
+        bar = tqdm(total=max(1, update_epochs) * len(plan), desc="update",
                    unit="mb", leave=False, dynamic_ncols=True)
     policy.model.train()
     if critic is not None:
@@ -413,19 +458,21 @@ def policy_update(policy: Policy, algorithm: Algorithm, optimizer: torch.optim.O
                 if not active:  # what the full pass would leave: zero loss and gradients; the optimizer steps the same
                     zero_grads(policy.params)
                     sums = {"policy_loss": 0.0, "pg_loss": 0.0, "loss": 0.0}
-            for idx in micro_batches(active, rows, micro_batch_size, policy.grad_share_prefix):
+            for idx in micro_batches(active, rows, micro_batch_size, policy.grad_share_prefix,
+                                     policy.micro_batch_tokens):
                 sub = _sub_batch(batch, idx).to(policy.device)
                 if denominators is not None:
                     sub.extras = {**sub.extras, "loss_denominators": denominators}
                 share = 1.0 if denominators is not None else len(idx) / len(mini)
                 inputs = collate([rows[i] for i in idx], policy.pad_id, policy.grad_share_prefix).to(policy.device)
-                out, values = forward_with_values(policy, inputs, width, temperature, with_entropy=True,
-                                             with_values=use_critic)
+                index = torch.tensor(idx, dtype=torch.long)
+                with SavedActivations(policy):
+                    out, values = forward_with_values(policy, inputs, width, temperature, with_entropy=True,
+                                                      with_values=use_critic)
+                    result = algorithm.policy_loss(out.logprobs, sub, advantages[index].to(out.logprobs.device),
+                                                   entropy=out.entropy)
                 if gap is not None and epoch == 0 and m == 0:
                     gap.add(sub.old_logprobs, out.logprobs, sub.action_mask)
-                index = torch.tensor(idx, dtype=torch.long)
-                result = algorithm.policy_loss(out.logprobs, sub, advantages[index].to(out.logprobs.device),
-                                               entropy=out.entropy)
                 loss = result.loss * share
                 parts = {"policy_loss": float(loss.detach())}
                 metrics = dict(result.metrics)
@@ -454,6 +501,7 @@ def policy_update(policy: Policy, algorithm: Algorithm, optimizer: torch.optim.O
             stats.add(sums)  # per mini-batch: the micro-batch parts add up to the mini-batch loss
             if "value_loss" in sums:
                 stats.add({"vf_loss": sums["value_loss"]})
+            change.mark()
             guarded_step(optimizer, policy.params, max_grad_norm, loss_ok, stats, scheduler)
             if critic is not None:
                 guarded_step(critic.optimizer, critic.params, critic.max_grad_norm, loss_ok, stats,
@@ -496,19 +544,22 @@ def sft_update(policy: Policy, optimizer: torch.optim.Optimizer, rows: Sequence[
                 chunk = order[b:b + batch_size]
                 tokens_in_chunk = sum(len(rows[i].response_ids) for i in chunk) or 1
                 loss_ok = True
-                for idx in micro_batches(chunk, rows, micro_batch_size, policy.grad_share_prefix):
+                for idx in micro_batches(chunk, rows, micro_batch_size, policy.grad_share_prefix,
+                                             policy.micro_batch_tokens):
                     sub = [rows[i] for i in idx]
                     inputs = collate(sub, policy.pad_id, policy.grad_share_prefix).to(policy.device)
                     width = max(len(r.response_ids) for r in sub) or 1
-                    out = response_forward(policy.model, inputs, width)
+                    with SavedActivations(policy):
+                        out = response_forward(policy.model, inputs, width)
+                        loss = -out.logprobs.sum() / tokens_in_chunk
                     resp_tokens = sum(len(r.response_ids) for r in sub)
-                    loss = -out.logprobs.sum() / tokens_in_chunk
                     stats.add({"sft_nll": float(-out.logprobs.detach().sum()) / max(1, resp_tokens)})
                     stats.add_tokens(inputs)
                     if not torch.isfinite(loss):
                         loss_ok = False
                         continue
                     loss.backward()
+                change.mark()
                 guarded_step(optimizer, policy.params, max_grad_norm, loss_ok, stats)
                 if bar is not None:
                     bar.update(1)

@@ -141,6 +141,17 @@ def loss_settings(algorithm: Any) -> dict[str, Any]:
     }
 
 
+def token_budget(cfg: Any) -> int | None:
+    """``trainer.micro_batch_tokens`` as verl's dynamic micro-batches (``use_dynamic_bsz`` with a token cap per
+    GPU), or None when it is 0. verl counts real tokens (no padding) and refuses a cap below its longest sequence,
+    so the cap is at least ``rollout.max_prompt_tokens + rollout.max_new_tokens`` (the local trainer runs such a row
+    alone instead)."""
+    budget = int(getattr(cfg.trainer, "micro_batch_tokens", 0) or 0)
+    if budget <= 0:
+        return None
+    return max(budget, int(cfg.rollout.max_prompt_tokens) + int(cfg.rollout.max_new_tokens))
+
+
 def verl_config(cfg: Any, algorithm: Any, n_gpus: int = 1, nnodes: int = 1, model_path: str | None = None,
                 device: str = "cuda", attn_implementation: str | None = None) -> dict[str, Any]:
     """verl 0.9 ``actor_rollout_ref`` / ``critic`` / ``trainer`` settings for an agentr1 run config.
@@ -153,6 +164,7 @@ def verl_config(cfg: Any, algorithm: Any, n_gpus: int = 1, nnodes: int = 1, mode
     path = model_path or str(cfg.model.path)
     attn = attn_implementation or default_attn_implementation()
     micro = int(tr.micro_batch_size)
+    dynamic = token_budget(cfg)
     steps_per_rollout = int(ro.batch_size) * int(ro.n)  # at least one step per episode
     engine: dict[str, Any] = {"param_offload": False, "optimizer_offload": False}
     if device == "cpu":
@@ -164,7 +176,8 @@ def verl_config(cfg: Any, algorithm: Any, n_gpus: int = 1, nnodes: int = 1, mode
         "ppo_mini_batch_size": max(1, steps_per_rollout // max(1, int(tr.mini_batches))),
         "ppo_micro_batch_size_per_gpu": micro,
         "ppo_epochs": int(tr.update_epochs),
-        "use_dynamic_bsz": False,
+        "use_dynamic_bsz": dynamic is not None,
+        **({"ppo_max_token_len_per_gpu": dynamic} if dynamic else {}),
         "grad_clip": float(tr.max_grad_norm),
         **loss_settings(algorithm),
         "optim": {"lr": float(tr.lr), "weight_decay": float(tr.weight_decay),
@@ -177,14 +190,16 @@ def verl_config(cfg: Any, algorithm: Any, n_gpus: int = 1, nnodes: int = 1, mode
     model = {"path": path, "use_remove_padding": True, "enable_gradient_checkpointing": checkpointing,
              "lora_rank": int(lora.r) if lora.enabled else 0, "lora_alpha": int(lora.alpha),
              "target_modules": list(lora.target_modules), "override_config": {"attn_implementation": attn}}
+    inference_budget = {"log_prob_use_dynamic_bsz": dynamic is not None,
+                        **({"log_prob_max_token_len_per_gpu": dynamic} if dynamic else {})}
     rollout = {"name": "vllm", "mode": "async", "temperature": float(ro.temperature), "top_p": float(ro.top_p),
                "top_k": int(ro.top_k) if int(ro.top_k) > 0 else -1, "prompt_length": int(ro.max_prompt_tokens),
                "response_length": int(ro.max_new_tokens), "n": int(ro.n),
-               "log_prob_micro_batch_size_per_gpu": micro, "log_prob_use_dynamic_bsz": False,
-               "tensor_model_parallel_size": 1}
+               "log_prob_micro_batch_size_per_gpu": micro, "tensor_model_parallel_size": 1,
+               **inference_budget}
     out: dict[str, Any] = {
         "actor_rollout_ref": {"model": model, "actor": actor, "rollout": rollout,
-                              "ref": {"log_prob_micro_batch_size_per_gpu": micro,
+                              "ref": {"log_prob_micro_batch_size_per_gpu": micro, **inference_budget,
                                       "fsdp_config": {**engine, "param_offload": device != "cpu"}}},
         "trainer": {"n_gpus_per_node": int(n_gpus), "nnodes": int(nnodes), "total_training_steps":
                     int(tr.total_steps), "device": device},
@@ -197,7 +212,8 @@ def verl_config(cfg: Any, algorithm: Any, n_gpus: int = 1, nnodes: int = 1, mode
                       "override_config": {"attn_implementation": attn}},
             "optim": {"lr": float(tr.critic_lr), "weight_decay": float(tr.weight_decay),
                       "betas": [float(b) for b in tr.betas], "total_training_steps": int(tr.total_steps)},
-            "fsdp": dict(engine), "ppo_micro_batch_size_per_gpu": micro,
+            "fsdp": dict(engine), "ppo_micro_batch_size_per_gpu": micro, "use_dynamic_bsz": dynamic is not None,
+            **({"ppo_max_token_len_per_gpu": dynamic, "forward_max_token_len_per_gpu": dynamic} if dynamic else {}),
             "ppo_mini_batch_size": actor["ppo_mini_batch_size"], "ppo_epochs": int(tr.update_epochs),
             "grad_clip": float(tr.max_grad_norm),
             # one value per step (read before its first action token): token-mean over those is a mean over steps

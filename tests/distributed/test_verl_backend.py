@@ -62,10 +62,13 @@ def test_algorithm_crosscheck_runs_against_verl(verl_python):
     assert int(out.split(" passed")[0].split()[-1]) >= 44
 
 
-def test_steppo_with_kl_trains_its_critic_for_three_iterations(verl_python, tiny_model_dir, tmp_path):
+def test_steppo_with_kl_trains_its_critic_for_three_iterations_in_token_budgeted_micro_batches(
+        verl_python, tiny_model_dir, tmp_path):
+    """Actor, critic and reference all run verl's dynamic micro-batches (``trainer.micro_batch_tokens``)."""
     run_dir = tmp_path / "steppo"
     cli_run(verl_python, tiny_model_dir, run_dir, "trainer.total_steps=3", "stages=[rl]", "algorithm.name=steppo",
-            "algorithm.kl_coef=0.01", "trainer.checkpoint_every=-1", "trainer.train_layers=0")
+            "algorithm.kl_coef=0.01", "trainer.checkpoint_every=-1", "trainer.train_layers=0",
+            "trainer.micro_batch_tokens=256")
     records = iteration_records(run_dir)
     assert [r["iteration"] for r in records] == [1, 2, 3]
     for r in records:

@@ -86,6 +86,25 @@ def test_config_mapping_follows_the_run_config():
     assert out["critic"]["cliprange_value"] == 0.5 and out["critic"]["model"]["path"] == "/models/x"
 
 
+def test_a_token_budget_becomes_verls_dynamic_micro_batches():
+    algo = _algorithm("ppo")
+    plain = verl_config(load_config("default", []), algo, attn_implementation="sdpa")
+    assert plain["actor_rollout_ref"]["actor"]["use_dynamic_bsz"] is False
+    assert plain["critic"]["use_dynamic_bsz"] is False
+    cfg = load_config("default", ["trainer.micro_batch_tokens=4096"])
+    out = verl_config(cfg, algo, attn_implementation="sdpa")
+    arr = out["actor_rollout_ref"]
+    assert arr["actor"]["use_dynamic_bsz"] and arr["actor"]["ppo_max_token_len_per_gpu"] == 4096
+    for part in (arr["rollout"], arr["ref"]):
+        assert part["log_prob_use_dynamic_bsz"] and part["log_prob_max_token_len_per_gpu"] == 4096
+    assert out["critic"]["use_dynamic_bsz"] and out["critic"]["ppo_max_token_len_per_gpu"] == 4096
+    assert out["critic"]["forward_max_token_len_per_gpu"] == 4096
+    # verl refuses a cap below its longest sequence: the cap is raised to prompt + response
+    small = verl_config(load_config("default", ["trainer.micro_batch_tokens=100"]), algo, attn_implementation="sdpa")
+    longest = int(cfg.rollout.max_prompt_tokens) + int(cfg.rollout.max_new_tokens)
+    assert small["actor_rollout_ref"]["actor"]["ppo_max_token_len_per_gpu"] == longest
+
+
 @pytest.mark.parametrize("name,agg,mode,c", [
     ("drgrpo", "seq-mean-token-sum", "vanilla", 3.0),   # the algorithm's own default, not token-mean
     ("reinforce", "token-mean", "gpg", 3.0),            # -A log pi, not PPO clip

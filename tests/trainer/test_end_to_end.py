@@ -57,6 +57,9 @@ def test_tiny_run_trains_end_to_end(tmp_path, capsys):
         "peak", "baseline", "unexplained"))) < 0.5 for a in acc.values())
     assert 500 < acc["update"]["weights"] < 530 and acc["update"]["gradients"] > 0  # SmolLM2-135M, fp32
     assert acc["rollout"]["kv_peak"] > 0 and "kv_peak" not in acc["update"] and "gradients" not in acc["rollout"]
+    # what autograd saved for the backward pass, measured in the training phases only
+    assert acc["update"]["activations"] > 0 and acc["sft"]["activations"] > 0 and "activations" not in acc["rollout"]
+    assert it["memory/activations_mb"] == pytest.approx(acc["update"]["activations"], abs=0.1)
     assert it["memory/rollout_peak_mb"] > acc["rollout"]["baseline"] + acc["rollout"]["weights"]
     assert summary["peak_rss_mb"] >= max(a["peak"] for a in acc.values()) - 0.1  # the account rounds to 0.1
     out = capsys.readouterr().out
