@@ -85,7 +85,7 @@ def validation_line(summary: dict) -> dict:
 
 
 def run_one(name: str, overrides: list[str], run_dir: Path, every: float) -> dict:
-    cmd = [sys.executable, "-m", "agentr1_core.cli", "run", name, f"run_dir={run_dir}", *overrides]
+    cmd = [sys.executable, "-m", "agentr1_core.cli", "run", name, f"run_dir={run_dir}", *overrides, "--overwrite"]
     log = run_dir.with_suffix(".log")
     load = load_avg()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -123,14 +123,16 @@ def main() -> None:
     root = Path(args.runs)
     root.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{args.out}.json"
-    result = json.loads(path.read_text()) if path.exists() else {}
-    result["machine"] = machine_info()
     rows = []
     for name in args.configs:
         slug = f"{name}-{label}".replace(" ", "_").replace("=", "-").replace("/", "_")
         row = run_one(name, list(args.set), root / slug, args.every)
+        # after every run, merged with what the file holds now: a long series keeps what finished, and two series
+        # writing to one file keep each other's runs
+        result = json.loads(path.read_text()) if path.exists() else {}
+        result["machine"] = machine_info()
         result.setdefault("runs", {})[f"{name} [{label}]"] = row
-        write_result(args.out, result)  # after every run: a long series keeps what finished
+        write_result(args.out, result)
         rows.append(row)
         print(f"[{name}] exit {row['exit_code']}, peak {row['process_peak_mib']:.0f} MiB "
               f"(tree {row['tree_peak_mib']:.0f}), {row['wall_s']:.0f} s", flush=True)
