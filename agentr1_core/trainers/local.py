@@ -173,7 +173,8 @@ class LocalBackend:
         self.policy = Policy(model=policy_model, pad_id=int(pad_id), device=self.device, value_head=value_head,
                              ref_model=ref_model, ref_context=ref_context, critic=critic,
                              share_prefix=int(tr.share_prefix), micro_batch_tokens=int(tr.micro_batch_tokens),
-                             onednn_linears=bool(tr.onednn_linears), activation_checkpointing=bool(tr.activation_checkpointing),
+                             onednn_linears=bool(tr.onednn_linears),
+                             activation_checkpointing=bool(tr.activation_checkpointing),
                              params=trainable + (list(value_head.parameters()) if value_head is not None else []))
         self.policy.model.eval()
         # the module the engine would run to sample the policy's own weights; with rollouts ahead of the update the
@@ -321,9 +322,9 @@ class LocalBackend:
         """MiB of what this backend holds, measured on its tensors: the policy's weights (the engine shares them),
         a separate reference, the critic with its optimizer, the optimizer's state, the gradients an update
         allocates (one per trainable parameter, freed after each step), the activations the largest micro-batch of
-        the passes since the last call saved for its backward (``update.SavedActivations``), the engine's KV buffers at their peak since
-        the last call and its prefix cache; plus the algorithm's own (``memory_parts()`` of a distillation teacher,
-        for instance)."""
+        the passes since the last call saved for its backward (``update.SavedActivations``), the engine's KV buffers
+        at their peak since the last call and its prefix cache; plus the algorithm's own (``memory_parts()`` of a
+        distillation teacher, for instance)."""
         from agentr1_core.lifecycle.memory import module_mb, optimizer_mb, tensor_mb
 
         policy = self.policy

@@ -198,7 +198,8 @@ class WeightChange:
         if not self.params or self.before is None:  # no optimizer step ran
             return 0.0
         with torch.no_grad():
-            total = sum(float(torch.linalg.vector_norm(p.detach() - b)) ** 2 for p, b in zip(self.params, self.before))
+            total = sum(float(torch.linalg.vector_norm(p.detach() - b)) ** 2
+                        for p, b in zip(self.params, self.before))
         return math.sqrt(total)
 
 
@@ -321,7 +322,7 @@ def score_batch(policy: Policy, rows: Sequence[StepRow], batch: StepBatch, micro
     gap = LogprobGap()
     policy.model.eval()
     for idx in micro_batches(range(len(rows)), rows, micro_batch_size, policy.share_prefix,
-                                 policy.micro_batch_tokens):
+                             policy.micro_batch_tokens):
         inputs = collate([rows[i] for i in idx], policy.pad_id, policy.share_prefix).to(policy.device)
         index = torch.tensor(idx, dtype=torch.long)
         if recompute_old or need_values:
