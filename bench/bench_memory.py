@@ -60,7 +60,8 @@ def child_sft(args: argparse.Namespace) -> dict:
         sft_update(policy, opt, rows, epochs=1, batch_size=args.rows, micro_batch_size=args.rows, max_grad_norm=1.0,
                    progress=False)
     seconds = time.perf_counter() - t0
-    return {"checkpointing": args.checkpointing, "micro_batch_tokens": args.budget, "seconds": round(seconds, 2), "peak_mb": round(peaks.last["sft"], 1),
+    return {"checkpointing": args.checkpointing, "micro_batch_tokens": args.budget, "seconds": round(seconds, 2),
+            "peak_mb": round(peaks.last["sft"], 1),
             "baseline_mb": round(baseline, 1), "weights_mb": round(module_mb(model), 1),
             "optimizer_mb": round(optimizer_mb(opt), 1), "gradients_mb": round(tensor_mb(params), 1),
             "trainable_m": round(sum(p.numel() for p in params) / 1e6, 2)}

@@ -546,7 +546,7 @@ def sft_update(policy: Policy, optimizer: torch.optim.Optimizer, rows: Sequence[
                 tokens_in_chunk = sum(len(rows[i].response_ids) for i in chunk) or 1
                 loss_ok = True
                 for idx in micro_batches(chunk, rows, micro_batch_size, policy.grad_share_prefix,
-                                             policy.micro_batch_tokens):
+                                         policy.micro_batch_tokens):
                     sub = [rows[i] for i in idx]
                     inputs = collate(sub, policy.pad_id, policy.grad_share_prefix).to(policy.device)
                     width = max(len(r.response_ids) for r in sub) or 1
