@@ -99,12 +99,17 @@ class SavedActivations:
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
 
     def _pack(self, tensor: Any) -> Any:
-        if isinstance(tensor, torch.Tensor):
-            storage = tensor.untyped_storage()
-            key = storage.data_ptr()
-            if key and key not in self.skip:
-                self.sizes[key] = storage.nbytes()
-        return tensor
+        if not isinstance(tensor, torch.Tensor):
+            return tensor
+        storage = tensor.untyped_storage()
+        key = storage.data_ptr()
+        if key and key not in self.skip:
+            self.sizes[key] = storage.nbytes()
+        # Detached: a saved output packed as itself would hold its own graph node (tensor -> grad_fn -> saved
+        # tensor), a cycle the backward pass breaks only for the nodes it runs; the parts of a forward that no
+        # loss reaches (a shared prefix's last block) would then never be freed. The backward formulas read the
+        # values only, and the version counter is shared, so in-place changes are still caught.
+        return tensor.detach()
 
     @property
     def mb(self) -> float:

@@ -140,3 +140,27 @@ def test_saved_activations_follow_the_tokens_and_leave_out_parameters(tiny_model
     with torch.no_grad(), SavedActivations(policy) as saved:
         model(input_ids=ids, logits_to_keep=1)
     assert saved.mb == 0
+
+
+def _tensors_in_a_graph() -> int:
+    """Tensors alive that still belong to an autograd graph (what an update leaves behind)."""
+    import gc
+
+    gc.collect()
+    return sum(1 for o in gc.get_objects() if isinstance(o, torch.Tensor) and o.grad_fn is not None)
+
+
+@pytest.mark.parametrize("share", [0, 16])
+def test_no_update_leaves_a_graph_behind(tiny_model, share):
+    """The passes measure their activations through saved-tensor hooks; a hook that kept the saved tensors
+    themselves would tie each saved output to its own node, and the nodes no loss reaches (a shared prefix's last
+    block and head) would live on after every update."""
+    rows = trajectories_to_rows(_episodes()).rows
+    before = _tensors_in_a_graph()
+    for _ in range(2):
+        _rl_update(tiny_model, rows, build_step_batch(rows), share, 0)
+        policy = _policy(tiny_model, share, 0)
+        sft_update(policy, torch.optim.SGD(policy.params, lr=1.0), rows, epochs=1, batch_size=9,
+                   micro_batch_size=8, max_grad_norm=0.0, progress=False)
+        assert policy.activations_peak_mb > 0
+    assert _tensors_in_a_graph() == before
