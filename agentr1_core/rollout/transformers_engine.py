@@ -39,7 +39,10 @@ Memory. The running batch's key/value buffers have row slots for the requests in
 prefill allocates them again. The prefix store keeps at most ``prefix_cache_mb``; the idle engine drops it as soon as
 the module is in training mode or its weights changed (it would be dropped at the next admission anyway), so it is
 not held through the update. What the idle engine frees goes back to the OS at once (``lifecycle.memory.trim``):
-this thread's malloc arena is not reused by the trainer's thread.
+this thread's malloc arena is not reused by the trainer's thread. ``max_kv_mb`` (0: no limit) caps the buffers: a
+request joins only while every row in flight, grown to the longest prompt plus its ``max_new_tokens`` (and the
+buffers' growth headroom), fits in that many MiB; the others wait for rows to finish. A row is never evicted, and one
+row always runs, so a single row longer than the cap exceeds it.
 
 Log-probs are ``log_softmax(logits / T)`` of the untruncated model at the request's temperature (``T = 1`` for
 greedy); the trainer must recompute with the same temperature. ``score`` uses ``T = 1``. ``Generation.text`` is
@@ -63,7 +66,7 @@ from agentr1_core.lifecycle.memory import trim
 
 from .base import Generation, SamplingParams
 from .prefix_cache import BLOCK, PrefixStore, chain_hashes
-from .transformers_kv import BatchKV, prefill_batch
+from .transformers_kv import HEADROOM, BatchKV, kv_bytes_per_token, prefill_batch
 from .transformers_sampling import RowSampling, sample_rows
 
 IDLE_RELEASE_SECONDS = 0.5  # the worker frees the batch's KV buffers after this long without work
@@ -113,7 +116,10 @@ class TransformersEngine:
     def __init__(self, model, tokenizer, max_batch_size: int = 64, max_context: int | None = None,
                  device: str = "cpu", prefill_tokens: int = 8192, seed: int | None = None,
                  prefix_cache_mb: float = 512.0, prefix_cache_responses: bool = True,
-                 weight_major_rows: int = DEFAULT_WEIGHT_MAJOR_ROWS, onednn_linears: bool = True) -> None:
+                 weight_major_rows: int = DEFAULT_WEIGHT_MAJOR_ROWS, onednn_linears: bool = True,
+                 max_kv_mb: float = 0.0) -> None:
+        if max_kv_mb < 0:
+            raise ValueError(f"max_kv_mb must be >= 0 (0: no limit), got {max_kv_mb}")
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
@@ -130,6 +136,8 @@ class TransformersEngine:
         self._pending: list[_Request] = []
         self._running: list[_Request] = []
         self._kv = BatchKV(self.num_layers, row_capacity=max_batch_size)
+        self.max_kv_bytes = int(max_kv_mb * 2**20)
+        self._kv_token_bytes = kv_bytes_per_token(model) if self.max_kv_bytes else 0
         self._kv_peak_bytes = 0
         self._store_peak_bytes = 0
         self._store = PrefixStore(int(prefix_cache_mb * 2**20)) if prefix_cache_mb > 0 else None
@@ -329,9 +337,16 @@ class TransformersEngine:
         claimed: set[int] = set()
         longest = 0
         taken = 0
+        span = self._running_span() if self.max_kv_bytes else 0
         for req in self._pending:
             if len(batch) >= room:
                 break
+            if self.max_kv_bytes:
+                wanted = min(self.max_context, max(span, len(req.prompt) + int(req.sampling.max_new_tokens or 0)))
+                rows = len(self._running) + len(batch) + 1
+                if rows > 1 and rows * self._kv_columns_bytes(wanted) > self.max_kv_bytes:
+                    break
+                span = wanted
             entry, reused = (self._store.lookup(req.prompt, len(req.prompt) - 1) if self._store is not None
                              else (None, 0))
             hashes = chain_hashes(req.prompt) if self._store is not None else []
@@ -351,6 +366,9 @@ class TransformersEngine:
         self._pending = waiting + self._pending[taken:]
         if not batch:
             return
+        if self.max_kv_bytes:  # no row slots for requests the budget will not admit yet
+            fit = self.max_kv_bytes // max(1, self._kv_columns_bytes(span))
+            self._kv.row_capacity = min(self.max_batch_size, max(len(self._running) + len(batch), int(fit)))
         try:
             self._prefill(batch, hits, longest)
         except Exception as exc:  # the batch is neither pending nor running yet: fail it here, never lose it
@@ -360,6 +378,15 @@ class TransformersEngine:
                     self._finish(req, "error", error=exc)
             if any(id(req) in running for req in batch):
                 raise  # the running batch may be inconsistent: the worker fails every request
+
+    def _running_span(self) -> int:
+        """The columns the running rows will reach: the batch's length plus the most tokens any row may still add."""
+        left = max((int(r.sampling.max_new_tokens or 0) - len(r.tokens) for r in self._running), default=0)
+        return self._kv.length + max(0, left)
+
+    def _kv_columns_bytes(self, columns: int) -> int:
+        """Bytes of one row slot of the key/value buffers once they hold ``columns`` (with the growth headroom)."""
+        return (columns + max(HEADROOM, columns // 2)) * self._kv_token_bytes
 
     def _prefill(self, batch: list[_Request], hits: list[tuple[Any, int]], longest: int) -> None:
         """Prefill ``batch`` (taken off the pending list) on top of the reused prefixes in ``hits``; join the rows

@@ -46,6 +46,16 @@ def zeros_like_kv(like: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
     return torch.frombuffer(mmap.mmap(-1, nbytes), dtype=like.dtype).view(shape)
 
 
+def kv_bytes_per_token(model) -> int:
+    """Bytes of keys and values one token takes in every decoder layer of ``model`` (in its parameters' dtype)."""
+    cfg = model.config.get_text_config()
+    heads = int(cfg.num_attention_heads)
+    kv_heads = int(getattr(cfg, "num_key_value_heads", None) or heads)
+    head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // heads)
+    element = next(model.parameters()).element_size()
+    return 2 * int(cfg.num_hidden_layers) * kv_heads * head_dim * element
+
+
 class BufferLayer(DynamicLayer):
     """Keys/values of the first ``rows`` rows and ``length`` columns of ``kbuf``/``vbuf`` are the cache."""
 

@@ -1,0 +1,73 @@
+"""``max_kv_mb``: the transformers engine admits a request only while the key/value buffers of every row in flight,
+grown to its longest prompt plus ``max_new_tokens``, fit the budget; the rest wait, and the outputs are those of the
+engine without a budget. A tiny random Llama with the real tokenizer, so these run in seconds."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+
+from agentr1_core.rollout.base import SamplingParams
+from agentr1_core.rollout.transformers_engine import TransformersEngine
+from agentr1_core.rollout.transformers_kv import kv_bytes_per_token
+
+
+@pytest.fixture()
+def tiny(tiny_model_dir):
+    from agentr1_core.models import load_model_and_tokenizer
+
+    model, tokenizer = load_model_and_tokenizer(tiny_model_dir)
+    return model.eval(), tokenizer
+
+
+def _generate(engine, prompts, max_new_tokens=24):
+    async def run():
+        return await asyncio.gather(*(engine.generate(p, SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens))
+                                      for p in prompts))
+
+    try:
+        return asyncio.run(run()), engine.take_memory_stats()["kv_peak"], engine.stats["max_running"]
+    finally:
+        engine.close()
+
+
+def test_kv_bytes_per_token_is_what_the_model_caches(tiny):
+    model, _ = tiny
+    with torch.inference_mode():
+        out = model(input_ids=torch.arange(100, 113).unsqueeze(0), use_cache=True)
+    cache = out.past_key_values
+    cached = sum(layer.keys.nbytes + layer.values.nbytes for layer in cache.layers)
+    assert kv_bytes_per_token(model) * 13 == cached
+
+
+def test_a_kv_budget_holds_rows_back_and_changes_no_output(tiny):
+    model, tokenizer = tiny
+    prompts = [list(range(100 + i, 160 + i)) for i in range(12)]  # 12 prompts of 60 tokens
+    free, free_peak, free_running = _generate(TransformersEngine(model, tokenizer, max_batch_size=16,
+                                                                 prefix_cache_mb=0), prompts)
+    row_mb = (60 + 24 + 64) * kv_bytes_per_token(model) / 2 ** 20  # one row grown to its end, with headroom
+    budget = 4.5 * row_mb
+    capped, capped_peak, capped_running = _generate(TransformersEngine(model, tokenizer, max_batch_size=16,
+                                                                       prefix_cache_mb=0, max_kv_mb=budget), prompts)
+    assert free_running == 12 and free_peak > budget
+    assert 1 < capped_running <= 4
+    assert capped_peak <= budget
+    assert [g.token_ids for g in capped] == [g.token_ids for g in free]
+    for a, b in zip(capped, free):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+
+
+def test_one_row_runs_even_when_it_alone_exceeds_the_budget(tiny):
+    model, tokenizer = tiny
+    gens, peak, running = _generate(TransformersEngine(model, tokenizer, prefix_cache_mb=0, max_kv_mb=0.001),
+                                    [list(range(100, 140)), list(range(200, 240))], max_new_tokens=4)
+    assert running == 1 and peak > 0.001
+    assert all(len(g.token_ids) == 4 for g in gens)
+
+
+def test_a_negative_budget_is_refused(tiny):
+    model, tokenizer = tiny
+    with pytest.raises(ValueError, match="max_kv_mb"):
+        TransformersEngine(model, tokenizer, max_kv_mb=-1)
