@@ -6,7 +6,9 @@ current RSS, so the mark read at the end of a phase is that phase's peak. The ru
 (``overall_peak_mb``), because the reset also lowers what ``getrusage`` reports. Elsewhere (no ``/proc``) every
 phase reports the process peak so far.
 
-``account(parts, peak_mb, baseline_mb)`` lays out one phase's peak: the parts a backend measured (bytes of tensors
+``child_processes_mb`` adds what runs beside the process (game processes, tool servers, Ray workers: the peaks of
+its descendants), which no phase peak of the process itself contains. ``account(parts, peak_mb, baseline_mb)`` lays
+out one phase's peak: the parts a backend measured (bytes of tensors
 it holds: weights, reference, critic, optimizer state, gradients, the engine's KV buffers at their peak, the prefix
 cache), the baseline (the process before any model: interpreter, libraries, datasets, envs' data loaded at startup)
 and what is left unexplained (allocator slack, activations, Python objects, anything no part names). This module
@@ -160,6 +162,41 @@ def optimizer_mb(optimizer: Any) -> float:
     return tensor_mb(v for state in optimizer.state.values() for v in state.values() if hasattr(v, "nbytes"))
 
 
+def _descendants(pid: str = "self") -> list[str]:
+    """The pids of every process below ``pid`` (children of any of its threads, recursively)."""
+    found: list[str] = []
+    stack = [pid]
+    while stack:
+        current = stack.pop()
+        try:
+            tasks = list(Path(f"/proc/{current}/task").iterdir())
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                children = (task / "children").read_text().split()
+            except OSError:
+                continue
+            found.extend(children)
+            stack.extend(children)
+    return found
+
+
+def child_processes_mb() -> float:
+    """The summed peak resident sets (``VmHWM``) of this process's descendants alive now, in MiB: game processes,
+    tool servers, Ray workers. Their memory is not in this process's peak. 0 where there is no ``/proc``."""
+    total = 0.0
+    for pid in _descendants():
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    total += float(line.split()[1]) / 1024
+                    break
+        except OSError:
+            continue
+    return total
+
+
 def account(parts: dict[str, float], peak_mb: float, baseline_mb: float) -> dict[str, float]:
     """``parts`` (MiB) plus ``baseline`` and ``unexplained`` = peak - baseline - sum(parts), and the ``peak``."""
     explained = sum(parts.values())
@@ -171,6 +208,9 @@ def account(parts: dict[str, float], peak_mb: float, baseline_mb: float) -> dict
 
 def account_line(label: str, acc: dict[str, float]) -> str:
     """``[memory update] peak 4210 MiB = baseline 610 + weights 513 + ... + unexplained 890``."""
-    parts = " + ".join(f"{k} {v:.0f}" for k, v in acc.items() if k not in ("peak", "baseline", "unexplained") and v)
+    outside = ("peak", "baseline", "unexplained", "child_processes")
+    parts = " + ".join(f"{k} {v:.0f}" for k, v in acc.items() if k not in outside and v)
+    children = (f"; child processes {acc['child_processes']:.0f} MiB besides" if acc.get("child_processes")
+                else "")
     return (f"[memory {label}] peak {acc['peak']:.0f} MiB = baseline {acc['baseline']:.0f}"
-            f"{' + ' + parts if parts else ''} + unexplained {acc['unexplained']:.0f}")
+            f"{' + ' + parts if parts else ''} + unexplained {acc['unexplained']:.0f}{children}")

@@ -32,7 +32,7 @@ from omegaconf import OmegaConf
 from agentr1_core.config import ConfigError, component
 from agentr1_core.lifecycle.checkpoint import check_run_dir
 from agentr1_core.lifecycle.episode_errors import check_expert_steps, report_episode_errors
-from agentr1_core.lifecycle.memory import PhasePeaks, account, account_line, rss_mb
+from agentr1_core.lifecycle.memory import PhasePeaks, account, account_line, child_processes_mb, rss_mb
 from agentr1_core.lifecycle.metrics import (
     MetricsLogger, console_line, truncate_metrics, write_episodes, write_train_episodes,
 )
@@ -296,6 +296,9 @@ class TrainingLoop:
         Each phase keeps the parts measured after its highest peak, for the account."""
         measure = getattr(self.backend, "memory_parts", None)
         parts = measure() if callable(measure) else {}
+        children = child_processes_mb()
+        if children:
+            parts["child_processes"] = children
         for phase in phases:
             peak = self.peaks.last.get(phase)
             if peak is not None and peak >= self.phase_accounts.get(phase, (-1.0, {}))[0]:
@@ -316,7 +319,10 @@ class TrainingLoop:
             measured = self.phase_accounts.get(phase, (peak, {}))[1]
             parts = {k: v for k, v in measured.items()
                      if (k not in engine_parts or generating) and (k not in training_parts or not generating)}
+            children = parts.pop("child_processes", 0.0)  # beside this process: not part of its peak
             out[phase] = account(parts, peak, self.baseline_mb)
+            if children:
+                out[phase]["child_processes"] = round(children, 1)
         return out
 
     def _call_back(self, name: str, *args: Any) -> None:

@@ -63,3 +63,31 @@ def test_the_mmap_threshold_and_the_trim_reach_glibc_in_a_fresh_process():
             "print(s(128), s(0), s(-1), trim())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out[:3] == ["True", "False", "False"] and out[3] in ("True", "False")  # trim: False when nothing was free
+
+
+@linux
+def test_child_processes_count_their_peaks_and_their_own_children():
+    """Game processes and tool servers run beside the trainer: their peaks are summed, grandchildren included, and
+    the account shows them apart from the process's own peak."""
+    import os
+    import signal
+    import subprocess
+
+    hold = ("import sys, time; b = bytearray({mb} * 2 ** 20); b[::4096] = b'x' * len(b[::4096]); "
+            "print('ready', flush=True); {then}")
+    grandchild = hold.format(mb=80, then="time.sleep(60)")
+    child = hold.format(mb=120, then=f"import subprocess; p = subprocess.Popen([sys.executable, '-c', {grandchild!r}], "
+                                     "stdout=subprocess.PIPE); p.stdout.readline(); print('both', flush=True); "
+                                     "time.sleep(60)")
+    before = memory.child_processes_mb()
+    proc = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready" and proc.stdout.readline().strip() == "both"
+        measured = memory.child_processes_mb() - before
+        assert 200 <= measured < 200 + 2 * 120  # 120 + 80 MiB touched, plus two interpreters
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the grandchild too
+        proc.wait()
+    acc = account({"weights": 500.0}, peak_mb=1000.0, baseline_mb=250.0)
+    acc["child_processes"] = 830.0
+    assert account_line("rollout", acc).endswith("+ unexplained 250; child processes 830 MiB besides")
