@@ -39,7 +39,8 @@ Memory. The running batch's key/value buffers have row slots for the requests in
 prefill allocates them again. The prefix store keeps at most ``prefix_cache_mb``; the idle engine drops it as soon as
 the module is in training mode or its weights changed (it would be dropped at the next admission anyway), so it is
 not held through the update. What the idle engine frees goes back to the OS at once (``lifecycle.memory.trim``):
-this thread's malloc arena is not reused by the trainer's thread. ``max_kv_mb`` (0: no limit) caps the buffers: a
+this thread's malloc arena is not reused by the trainer's thread. So do the temporaries of each prefill (the decode
+steps after it allocate far less). ``max_kv_mb`` (0: no limit) caps the buffers: a
 request joins only while every row in flight, grown to the longest prompt plus its ``max_new_tokens`` (and the
 buffers' growth headroom), fits in that many MiB; the others wait for rows to finish. A row is never evicted, and one
 row always runs, so a single row longer than the cap exceeds it.
@@ -371,6 +372,7 @@ class TransformersEngine:
             self._kv.row_capacity = min(self.max_batch_size, max(len(self._running) + len(batch), int(fit)))
         try:
             self._prefill(batch, hits, longest)
+            trim()  # the prefill's temporaries: the decode steps that follow would not reuse them
         except Exception as exc:  # the batch is neither pending nor running yet: fail it here, never lose it
             running = {id(r) for r in self._running}
             for req in batch:
