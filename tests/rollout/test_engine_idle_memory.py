@@ -1,6 +1,7 @@
 """What the transformers engine gives back while it idles (between rollouts, while the trainer updates): the KV
 buffers always, the prefix store only once the module is being trained or its weights changed, and the pages freed
-go back to the OS (``trim``), as do a prefill's temporaries right after it. A tiny random Llama with the real tokenizer, so these run in seconds."""
+go back to the OS (``trim``), as do a prefill's temporaries right after it. A tiny random Llama with the real
+tokenizer, so these run in seconds."""
 
 from __future__ import annotations
 
