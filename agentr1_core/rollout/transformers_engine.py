@@ -40,10 +40,10 @@ prefill allocates them again. The prefix store keeps at most ``prefix_cache_mb``
 the module is in training mode or its weights changed (it would be dropped at the next admission anyway), so it is
 not held through the update. What the idle engine frees goes back to the OS at once (``lifecycle.memory.trim``):
 this thread's malloc arena is not reused by the trainer's thread. So do the temporaries of each prefill (the decode
-steps after it allocate far less). ``max_kv_mb`` (0: no limit) caps the buffers: a
-request joins only while every row in flight, grown to the longest prompt plus its ``max_new_tokens`` (and the
-buffers' growth headroom), fits in that many MiB; the others wait for rows to finish. A row is never evicted, and one
-row always runs, so a single row longer than the cap exceeds it.
+steps after it allocate far less). ``max_kv_mb`` (0: no limit) caps the buffers: a request joins only while every
+row in flight, grown to the longest prompt plus its ``max_new_tokens`` (and the buffers' growth headroom), fits in
+that many MiB; the others wait for rows to finish. A row is never evicted, and one row always runs, so a single row
+longer than the cap exceeds it.
 
 Log-probs are ``log_softmax(logits / T)`` of the untruncated model at the request's temperature (``T = 1`` for
 greedy); the trainer must recompute with the same temperature. ``score`` uses ``T = 1``. ``Generation.text`` is
