@@ -9,8 +9,9 @@ phase reports the process peak so far.
 ``child_processes_mb`` adds what runs beside the process (game processes, tool servers, Ray workers: the peaks of
 its descendants), which no phase peak of the process itself contains. ``account(parts, peak_mb, baseline_mb)`` lays
 out one phase's peak: the parts a backend measured (bytes of tensors it holds: weights, reference, critic, optimizer
-state, gradients, the engine's KV buffers at their peak, the prefix cache), the baseline (the process before any model: interpreter, libraries, datasets, envs' data loaded at startup)
-and what is left unexplained (allocator slack, activations, Python objects, anything no part names). This module
+state, gradients, the engine's KV buffers at their peak, the prefix cache), the baseline (the process before any
+model: interpreter, libraries, datasets, envs' data loaded at startup) and what is left unexplained (allocator slack,
+the backward pass's temporaries, Python objects, data envs load on first use, anything no part names). This module
 measures nothing about models itself: ``tensor_mb`` / ``module_mb`` are helpers for backends.
 
 Freed memory goes back to the OS at the start of every phase (``trim``: glibc's ``malloc_trim``). glibc raises its
