@@ -338,6 +338,8 @@ class TransformersEngine:
         claimed: set[int] = set()
         longest = 0
         taken = 0
+        if self.max_kv_bytes and not self._running and self._kv.row_slots:
+            self._kv.release()  # row slots sized for earlier (shorter) rows would hold the longer ones' columns
         span = self._running_span() if self.max_kv_bytes else 0
         for req in self._pending:
             if len(batch) >= room:
@@ -345,7 +347,8 @@ class TransformersEngine:
             if self.max_kv_bytes:
                 wanted = min(self.max_context, max(span, len(req.prompt) + int(req.sampling.max_new_tokens or 0)))
                 rows = len(self._running) + len(batch) + 1
-                if rows > 1 and rows * self._kv_columns_bytes(wanted) > self.max_kv_bytes:
+                slots = max(rows, self._kv.row_slots)  # every slot gets the columns, occupied or not
+                if rows > 1 and slots * self._kv_columns_bytes(wanted) > self.max_kv_bytes:
                     break
                 span = wanted
             entry, reused = (self._store.lookup(req.prompt, len(req.prompt) - 1) if self._store is not None

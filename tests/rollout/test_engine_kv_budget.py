@@ -9,6 +9,7 @@ import asyncio
 import pytest
 import torch
 
+from agentr1_core.rollout import transformers_engine as te
 from agentr1_core.rollout.base import SamplingParams
 from agentr1_core.rollout.transformers_engine import TransformersEngine
 from agentr1_core.rollout.transformers_kv import kv_bytes_per_token
@@ -71,3 +72,32 @@ def test_a_negative_budget_is_refused(tiny):
     model, tokenizer = tiny
     with pytest.raises(ValueError, match="max_kv_mb"):
         TransformersEngine(model, tokenizer, max_kv_mb=-1)
+
+
+def test_the_budget_holds_when_longer_rows_follow_shorter_ones(tiny, monkeypatch):
+    """The second turn of an episode is a longer prompt: the row slots allocated for many short rows get the long
+    rows' columns too (slots x columns is what the buffers hold), so long rows wait while short ones hold them."""
+    monkeypatch.setattr(te, "IDLE_RELEASE_SECONDS", 60.0)  # no idle release between the turns: they follow at once
+    model, tokenizer = tiny
+    short = [list(range(100 + i, 130 + i)) for i in range(12)]
+    long = [list(range(300 + i, 500 + i)) for i in range(12)]
+    row_mb = (200 + 24 + 100) * kv_bytes_per_token(model) / 2 ** 20  # one long row grown to its end, with headroom
+    budget = 4.5 * row_mb
+    engine = TransformersEngine(model, tokenizer, max_batch_size=16, prefix_cache_mb=0, max_kv_mb=budget)
+
+    def sampling(tokens):
+        return SamplingParams(temperature=0.0, max_new_tokens=tokens)
+
+    async def turns():
+        quick = [asyncio.ensure_future(engine.generate(p, sampling(4))) for p in short[:6]]
+        slow = [asyncio.ensure_future(engine.generate(p, sampling(60))) for p in short[6:]]
+        await asyncio.gather(*quick)  # the slow short rows still run in the 12 slots
+        return await asyncio.gather(*slow, *(engine.generate(p, sampling(24)) for p in long))
+
+    try:
+        outs = asyncio.run(turns())
+        peak = engine.take_memory_stats()["kv_peak"]
+    finally:
+        engine.close()
+    assert [len(o.token_ids) for o in outs] == [60] * 6 + [24] * 12
+    assert peak <= budget
