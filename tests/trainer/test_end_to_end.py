@@ -4,6 +4,8 @@ advantages -> loss -> changed weights, with validation before SFT, after SFT and
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -20,7 +22,14 @@ ITERATION_KEYS = {
 @pytest.mark.slow
 def test_tiny_run_trains_end_to_end(tmp_path, capsys):
     run_dir = tmp_path / "run"
-    assert main(["run", "tiny", f"run_dir={run_dir}", "seed=3"]) == 0
+    # a process beside the run, as a game process or tool server would be: the account shows it apart
+    beside = subprocess.Popen([sys.executable, "-c", "b = bytearray(64 * 2 ** 20); b[::4096] = b'x' * len(b[::4096]); "
+                               "import time; time.sleep(600)"])
+    try:
+        assert main(["run", "tiny", f"run_dir={run_dir}", "seed=3"]) == 0
+    finally:
+        beside.kill()
+        beside.wait()
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     validations = {r["label"]: r for r in records if r.get("event") == "validation"}
     assert set(validations) == {"before_sft", "after_sft", "after_rl"}
@@ -54,7 +63,8 @@ def test_tiny_run_trains_end_to_end(tmp_path, capsys):
     acc = summary["memory"]
     assert set(acc) == {"validation", "sft", "rollout", "update"}
     assert all(abs(a["peak"] - a["baseline"] - a["unexplained"] - sum(v for k, v in a.items() if k not in (
-        "peak", "baseline", "unexplained"))) < 0.5 for a in acc.values())
+        "peak", "baseline", "unexplained", "child_processes"))) < 0.5 for a in acc.values())
+    assert all(a["child_processes"] >= 64 for a in acc.values())  # beside the process's own peak, not in it
     assert 500 < acc["update"]["weights"] < 530 and acc["update"]["gradients"] > 0  # SmolLM2-135M, fp32
     assert acc["rollout"]["kv_peak"] > 0 and "kv_peak" not in acc["update"] and "gradients" not in acc["rollout"]
     # what autograd saved for the backward pass, measured in the training phases only
@@ -64,6 +74,7 @@ def test_tiny_run_trains_end_to_end(tmp_path, capsys):
     assert summary["peak_rss_mb"] >= max(a["peak"] for a in acc.values()) - 0.1  # the account rounds to 0.1
     out = capsys.readouterr().out
     assert "it 1/1 | reward" in out and "[done]" in out and "[memory update] peak" in out
+    assert "MiB besides" in out
 
 
 @pytest.mark.slow
