@@ -1,6 +1,6 @@
-"""``max_kv_mb``: the transformers engine admits a request only while the key/value buffers of every row in flight,
-grown to its longest prompt plus ``max_new_tokens``, fit the budget; the rest wait, and the outputs are those of the
-engine without a budget. A tiny random Llama with the real tokenizer, so these run in seconds."""
+"""``max_kv_mb``: the transformers engine admits a request only while every row slot of the key/value buffers, at
+the width the rows in flight will reach (longest prompt plus ``max_new_tokens``), fits the budget; the rest wait,
+and the outputs are those of the engine without a budget. A tiny random Llama with the real tokenizer, so these run in seconds."""
 
 from __future__ import annotations
 
