@@ -83,5 +83,7 @@ def test_ray_backend_on_a_two_node_cluster_trains_like_one_process(two_node_clus
     assert remote[-1]["dist/weights_versions_min"] == remote[-1]["dist/weights_versions_max"] >= 1
     for key in ("tokens_generated", "reward_mean", "train_steps"):
         assert [r[key] for r in remote] == [r[key] for r in local], key
+    # float32 sums in other batch compositions (two workers of one thread each against one process): the random
+    # tiny model's entropy is about 10.75 nats, and it differed by 1.3e-4 (1.2e-5 relative) in one run
     for key in ("loss", "pg_loss", "entropy", "grad_norm", "weight_change"):
-        assert [r[key] for r in remote] == pytest.approx([r[key] for r in local], abs=1e-4), key
+        assert [r[key] for r in remote] == pytest.approx([r[key] for r in local], rel=5e-5, abs=1e-4), key
