@@ -1,6 +1,7 @@
 """``max_kv_mb``: the transformers engine admits a request only while every row slot of the key/value buffers, at
 the width the rows in flight will reach (longest prompt plus ``max_new_tokens``), fits the budget; the rest wait,
-and the outputs are those of the engine without a budget. A tiny random Llama with the real tokenizer, so these run in seconds."""
+and the outputs are those of the engine without a budget. A tiny random Llama with the real tokenizer, so these run
+in seconds."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def test_kv_bytes_per_token_is_what_the_model_caches(tiny):
     model, _ = tiny
     with torch.inference_mode():
         out = model(input_ids=torch.arange(100, 113).unsqueeze(0), use_cache=True)
-    cache = out.past_key_values
+    cache = getattr(out, te.cache_keyword(model))
     cached = sum(layer.keys.nbytes + layer.values.nbytes for layer in cache.layers)
     assert kv_bytes_per_token(model) * 13 == cached
 
