@@ -94,7 +94,10 @@ class TrainerConfig:
     recompute_old_logprobs: str = "auto"  # auto | true | false (auto: several steps per rollout or a foreign engine)
     max_staleness: int = 0  # rollouts run ahead of the update with weights up to this many updates old (0: in turn)
     off_policy_correction: str = "none"  # none | tis | decoupled (losses.OffPolicyCorrection)
-    importance_cap: float = 2.0  # importance weights of the off-policy correction are truncated here
+    importance_cap: float = 2.0  # importance weights of the off-policy correction above this are capped
+    importance_cap_mode: str = "truncate"  # truncate (w = min(w, cap)) | mask (w > cap -> 0, token stays counted)
+    importance_level: str = "token"  # token | sequence (product over the step) | geometric (its geometric mean)
+    step_without_gradient: bool = False  # true: the optimizer steps even when no row carries a gradient
     warmup_steps: int = 0
     ref_model: Any = False  # KL reference: true = the policy at the start of RL (also implied by kl_coef > 0); a path
     critic_lr: float = 1e-5

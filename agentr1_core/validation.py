@@ -20,6 +20,8 @@ STAGES = ("sft", "rl")
 DTYPES = ("float32", "fp32", "float16", "fp16", "bfloat16", "bf16")
 RESUME_MODES = ("never", "auto")
 OFF_POLICY_MODES = ("none", "tis", "decoupled")  # trainer.off_policy_correction (algorithms.losses)
+IMPORTANCE_CAP_MODES = ("truncate", "mask")  # trainer.importance_cap_mode (algorithms.losses)
+IMPORTANCE_LEVELS = ("token", "sequence", "geometric")  # trainer.importance_level (algorithms.losses)
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
 # key path -> smallest valid value (integers and floats alike)
@@ -90,6 +92,8 @@ def check_values(cfg: DictConfig) -> None:
     _choice("model.dtype", cfg.model.dtype, DTYPES)
     _choice("trainer.resume", cfg.trainer.resume, RESUME_MODES)
     _choice("trainer.off_policy_correction", cfg.trainer.off_policy_correction, OFF_POLICY_MODES)
+    _choice("trainer.importance_cap_mode", cfg.trainer.importance_cap_mode, IMPORTANCE_CAP_MODES)
+    _choice("trainer.importance_level", cfg.trainer.importance_level, IMPORTANCE_LEVELS)
     if not str(cfg.model.path).strip():
         _fail("model.path", "is empty; give a local folder, a Hugging Face id or smollm2-135m-instruct")
     if not str(cfg.run_dir).strip():

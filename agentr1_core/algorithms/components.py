@@ -45,9 +45,14 @@ class PolicyGradientAlgorithm(Algorithm):
         self.needs_reference = kl_coef > 0
 
     def loss_denominators(self, batch: StepBatch, advantages: torch.Tensor) -> LossDenominators:
-        """The mini-batch counts that every micro-batch's loss is divided by (see ``losses.py``)."""
+        """The mini-batch counts that every micro-batch's loss is divided by (see ``losses.py``): with an off-policy
+        correction, tokens whose behaviour log-prob is non-finite are not counted, as they leave the loss."""
+        correction = batch.extras.get("off_policy")
+        behaviour = None
+        if correction is not None and correction.active:
+            behaviour = batch.extras.get("rollout_logprobs", batch.old_logprobs)
         return loss_denominators(batch.action_mask, batch.old_logprobs, advantages, batch.ref_logprobs,
-                                 use_ref=self.loss_config.kl_coef > 0)
+                                 use_ref=self.loss_config.kl_coef > 0, behaviour=behaviour)
 
     def inert_rows(self, batch: StepBatch, advantages: torch.Tensor) -> torch.Tensor | None:
         """Rows whose every action token has advantage 0: with no KL or entropy term (and no critic loss) each token's

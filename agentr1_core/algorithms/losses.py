@@ -28,14 +28,21 @@ engine whose numerics differ from the trainer's). ``behaviour`` is the engine's 
 
 * ``decoupled`` (decoupled PPO): ``old_logprobs`` are the proximal policy's, recomputed by the trainer at the start
   of the update; the algorithm's surrogate takes its ratio to them (the trust region is around the proximal policy)
-  and each token's term is multiplied by the importance weight ``w = min(exp(old - mu), cap)`` (no gradient);
+  and each token's term is multiplied by the importance weight ``w`` of ``rho = exp(old - mu)`` (no gradient);
 * ``tis`` (truncated importance sampling, no recomputation): each token's policy-gradient term is replaced by
-  ``-A * w * exp(lp - sg(lp))`` with ``w = min(exp(sg(lp) - mu), cap)``: its value is ``-A w``, its gradient
-  ``-A w grad(lp)``, so an update follows the importance-weighted policy gradient, truncated at ``cap``, whatever
-  the algorithm's ``loss_type``.
+  ``-A * w * exp(lp - sg(lp))`` with ``w`` the weight of ``rho = exp(sg(lp) - mu)``: its value is ``-A w``, its
+  gradient ``-A w grad(lp)``, so an update follows the importance-weighted policy gradient, whatever the
+  algorithm's ``loss_type``.
 
-Both report ``offpolicy/is_weight_mean``, ``offpolicy/is_weight_max`` (before the cap) and
-``offpolicy/is_capped_fraction`` over the valid tokens.
+The weight ``w`` of a ratio (``importance_weights``): ``level`` ``token`` takes each token's ``rho_t``; ``sequence``
+the product of the step's ``rho_t`` (every token of the step gets it); ``geometric`` their geometric mean. The log
+of the ratio is clamped to [-20, 20]. ``cap_mode`` ``truncate``: ``w = min(rho, cap)``; ``mask``: ``w = rho`` when
+``rho <= cap``, else 0, and the token still counts in the loss denominator. A token whose behaviour log-prob is
+non-finite leaves the loss, numerator and denominator alike (``loss_denominators`` with ``behaviour``).
+
+Both report ``offpolicy/is_weight_mean``, ``offpolicy/is_weight_max`` (of ``rho``, before the cap) and
+``offpolicy/is_capped_fraction`` (tokens whose ``rho`` is above the cap) over the valid tokens; ``WeightTally``
+carries their sums, so that any split of the batch adds up to the same token means.
 """
 
 from __future__ import annotations
@@ -46,7 +53,7 @@ import torch
 
 from agentr1_core.algorithms.base import LossOutput
 from agentr1_core.algorithms.segments import check_choice
-from agentr1_core.validation import OFF_POLICY_MODES
+from agentr1_core.validation import IMPORTANCE_CAP_MODES, IMPORTANCE_LEVELS, OFF_POLICY_MODES
 
 LOSS_TYPES = ("reinforce", "ppo", "gspo")
 LOSS_AGGS = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
@@ -86,16 +93,44 @@ class OffPolicyCorrection:
     """How the policy loss corrects for stale or mismatched sampling (see the module docstring)."""
 
     mode: str = "none"  # none | tis | decoupled
-    cap: float = 2.0  # importance weights are truncated at this value
+    cap: float = 2.0  # importance weights above this value are truncated to it (or masked)
+    cap_mode: str = "truncate"  # truncate | mask
+    level: str = "token"  # token | sequence | geometric
 
     def __post_init__(self) -> None:
         check_choice("off_policy_correction", self.mode, OFF_POLICY_MODES)
+        check_choice("importance_cap_mode", self.cap_mode, IMPORTANCE_CAP_MODES)
+        check_choice("importance_level", self.level, IMPORTANCE_LEVELS)
         if not self.cap >= 1.0:
             raise ValueError(f"the importance weight cap must be >= 1, got {self.cap}")
 
     @property
     def active(self) -> bool:
         return self.mode != "none"
+
+
+@dataclass
+class WeightTally:
+    """Token sums of the importance weights' metrics: added across micro-batches (or passes), divided once."""
+
+    tokens: float = 0.0  # valid tokens
+    weight_sum: float = 0.0  # sum of rho (before the cap)
+    capped: float = 0.0  # tokens whose rho is above the cap
+    weight_max: float | None = None  # largest rho
+
+    def add(self, other: "WeightTally") -> None:
+        self.tokens += other.tokens
+        self.weight_sum += other.weight_sum
+        self.capped += other.capped
+        if other.weight_max is not None:
+            self.weight_max = other.weight_max if self.weight_max is None else max(self.weight_max, other.weight_max)
+
+    def metrics(self) -> dict[str, float]:
+        """``offpolicy/*``: token means over every token added (weight 1 and nothing capped when there is none)."""
+        n = self.tokens
+        return {"offpolicy/is_weight_mean": self.weight_sum / n if n else 1.0,
+                "offpolicy/is_weight_max": self.weight_max if self.weight_max is not None else 1.0,
+                "offpolicy/is_capped_fraction": self.capped / n if n else 0.0}
 
 
 @dataclass(frozen=True)
@@ -108,13 +143,17 @@ class LossDenominators:
 
 
 def loss_denominators(action_mask: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
-                      ref_logprobs: torch.Tensor | None = None, use_ref: bool = False) -> LossDenominators:
+                      ref_logprobs: torch.Tensor | None = None, use_ref: bool = False,
+                      behaviour: torch.Tensor | None = None) -> LossDenominators:
     """The counts of ``LossDenominators`` for a mini-batch, from the inputs known before the forward pass: action
-    tokens whose old log-prob, advantage (and, with ``use_ref``, reference log-prob) are finite. Tokens dropped later
-    because the current log-prob or entropy is non-finite leave the numerator only."""
+    tokens whose old log-prob, advantage (with ``use_ref``, reference log-prob; with an off-policy correction, the
+    ``behaviour`` log-prob) are finite. Tokens dropped later because the current log-prob or entropy is non-finite
+    leave the numerator only."""
     valid = (action_mask > 0) & torch.isfinite(old_logprobs) & torch.isfinite(advantages)
     if use_ref and ref_logprobs is not None:
         valid &= torch.isfinite(ref_logprobs)
+    if behaviour is not None:
+        valid &= torch.isfinite(behaviour)
     return LossDenominators(tokens=float(valid.sum()), rows=float(valid.any(-1).sum()),
                             steps=float((action_mask > 0).any(-1).sum()))
 
@@ -183,26 +222,63 @@ def gspo_ratio(lp: torch.Tensor, old: torch.Tensor, valid: torch.Tensor) -> torc
     return torch.exp(log_ratio.clamp(-LOG_RATIO_LIMIT, GSPO_LOG_RATIO_MAX))
 
 
-def importance_weights(target: torch.Tensor, behaviour: torch.Tensor, valid: torch.Tensor,
-                       cap: float) -> tuple[torch.Tensor, dict[str, float]]:
-    """``min(exp(target - behaviour), cap)`` per token (no gradient) and its ``offpolicy/*`` metrics over ``valid``
-    (mean and max before the cap, the fraction of tokens capped)."""
-    raw = torch.exp((target.detach() - behaviour.detach()).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT))
-    raw = torch.where(valid, raw, torch.ones_like(raw))
-    metrics = {"offpolicy/is_weight_mean": masked_mean(raw, valid),
-               "offpolicy/is_weight_max": float(raw[valid].max()) if bool(valid.any()) else 1.0,
-               "offpolicy/is_capped_fraction": masked_mean((raw > cap).to(raw.dtype), valid)}
-    return raw.clamp(max=cap), metrics
+def importance_ratios(target: torch.Tensor, behaviour: torch.Tensor, valid: torch.Tensor,
+                      level: str = "token") -> torch.Tensor:
+    """``rho = exp(target - behaviour)`` per token (float64, no gradient; 1 outside ``valid``) at ``level``:
+    ``token``; ``sequence``: the product over the row's valid tokens; ``geometric``: its geometric mean. The log of
+    the ratio is clamped to [-20, 20]."""
+    check_choice("importance_level", level, IMPORTANCE_LEVELS)
+    zero = torch.zeros((), dtype=torch.float64, device=target.device)
+    log_r = torch.where(valid, target.detach().double() - behaviour.detach().double(), zero)
+    if level != "token":
+        log_r = log_r.sum(-1, keepdim=True)
+        if level == "geometric":
+            log_r = log_r / valid.sum(-1, keepdim=True).clamp(min=1).double()
+        log_r = log_r.expand_as(target)
+    rho = torch.exp(log_r.clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT))
+    return torch.where(valid, rho, torch.ones_like(rho))
+
+
+def importance_weights(target: torch.Tensor, behaviour: torch.Tensor, valid: torch.Tensor, cap: float,
+                       cap_mode: str = "truncate", level: str = "token") -> tuple[torch.Tensor, WeightTally]:
+    """The weights ``w`` of ``importance_ratios`` (no gradient, ``target``'s dtype): ``truncate``: ``min(rho,
+    cap)``; ``mask``: ``rho``, or 0 where ``rho > cap``. Also the ``WeightTally`` of ``rho`` over ``valid``."""
+    check_choice("importance_cap_mode", cap_mode, IMPORTANCE_CAP_MODES)
+    rho = importance_ratios(target, behaviour, valid, level)
+    above = valid & (rho > cap)
+    weight = rho.clamp(max=cap) if cap_mode == "truncate" else torch.where(above, torch.zeros_like(rho), rho)
+    tally = WeightTally(tokens=float(valid.sum()), weight_sum=float(rho[valid].sum()), capped=float(above.sum()),
+                        weight_max=float(rho[valid].max()) if bool(valid.any()) else None)
+    dtype = torch.promote_types(target.dtype, torch.float32)
+    return weight.to(dtype), tally
+
+
+def correction_weights(target: torch.Tensor, behaviour: torch.Tensor, valid: torch.Tensor,
+                       correction: OffPolicyCorrection) -> tuple[torch.Tensor, WeightTally]:
+    """``importance_weights`` with the settings of ``correction``."""
+    return importance_weights(target, behaviour, valid, correction.cap, correction.cap_mode, correction.level)
+
+
+def proximal_weights(proximal: torch.Tensor, behaviour: torch.Tensor, action_mask: torch.Tensor,
+                     correction: OffPolicyCorrection) -> tuple[torch.Tensor, WeightTally, torch.Tensor]:
+    """The decoupled correction's weights of a whole batch, known before the update (they depend on the proximal
+    and behaviour log-probs only): the weights (0 outside the valid tokens), their tally and the valid tokens
+    (action tokens where both log-probs are finite; the others leave the loss)."""
+    valid = (action_mask > 0) & torch.isfinite(proximal) & torch.isfinite(behaviour)
+    zero = torch.zeros((), dtype=proximal.dtype, device=proximal.device)
+    weights, tally = correction_weights(torch.where(valid, proximal, zero), torch.where(valid, behaviour, zero),
+                                        valid, correction)
+    return torch.where(valid, weights, torch.zeros_like(weights)), tally, valid
 
 
 def corrected_pg(pg: torch.Tensor, lp: torch.Tensor, old: torch.Tensor, adv: torch.Tensor, behaviour: torch.Tensor,
-                 valid: torch.Tensor, correction: OffPolicyCorrection) -> tuple[torch.Tensor, dict[str, float]]:
-    """The per-token policy-gradient term with the off-policy ``correction`` applied, and the weights' metrics."""
+                 valid: torch.Tensor, correction: OffPolicyCorrection) -> tuple[torch.Tensor, WeightTally]:
+    """The per-token policy-gradient term with the off-policy ``correction`` applied, and the weights' tally."""
     if correction.mode == "decoupled":
-        weight, metrics = importance_weights(old, behaviour, valid, correction.cap)
-        return pg * weight, metrics
-    weight, metrics = importance_weights(lp, behaviour, valid, correction.cap)
-    return -adv * weight * torch.exp(lp - lp.detach()), metrics
+        weight, tally = correction_weights(old, behaviour, valid, correction)
+        return pg * weight, tally
+    weight, tally = correction_weights(lp, behaviour, valid, correction)
+    return -adv * weight * torch.exp(lp - lp.detach()), tally
 
 
 def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
@@ -248,7 +324,8 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
         pg, clip_on, _ = clipped_surrogate(adv, ratio, cfg, dual=False)
     weight_metrics: dict[str, float] = {}
     if correction is not None:
-        pg, weight_metrics = corrected_pg(pg, lp, old, adv, clean(behaviour), valid, correction)
+        pg, tally = corrected_pg(pg, lp, old, adv, clean(behaviour), valid, correction)
+        weight_metrics = tally.metrics()
     pg_loss = aggregate(pg, valid, cfg.loss_agg, denominators)
     loss = pg_loss
     log_r = (lp - old).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)

@@ -32,7 +32,8 @@ from typing import Any, Callable, Sequence
 import torch
 
 from agentr1_core.algorithms.base import Algorithm, StepBatch
-from agentr1_core.algorithms.losses import OffPolicyCorrection
+from agentr1_core.algorithms.losses import OffPolicyCorrection, WeightTally, proximal_weights
+from agentr1_core.algorithms.mismatch import MismatchTally
 from agentr1_core.cpu_linears import CpuLinears
 from agentr1_core.trainers.batching import ModelInputs, StepRow, collate, micro_batches
 from agentr1_core.trainers.forward import ForwardOutput, response_forward
@@ -144,10 +145,10 @@ def make_optimizer(groups: list[dict[str, Any]], lr: float, betas: Sequence[floa
 
 @dataclass
 class UpdateStats:
-    """Accumulates per-micro-batch metrics into means, plus counters."""
+    """Accumulates per-micro-batch metrics into means (sums and counts, divided once in ``means``), plus counters."""
 
     sums: dict[str, float] = field(default_factory=dict)
-    counts: dict[str, int] = field(default_factory=dict)
+    counts: dict[str, float] = field(default_factory=dict)
     optimizer_steps: int = 0
     skipped_steps: int = 0
     inert_rows: int = 0  # rows not run because their loss and gradient are zero
@@ -159,16 +160,20 @@ class UpdateStats:
         self.tokens += int(inputs.attention_mask.sum())
         self.computed_tokens += inputs.computed_tokens
 
-    def add(self, metrics: dict[str, float]) -> None:
-        """Accumulate: a key ending in ``_max`` keeps its largest value, every other key its mean."""
+    def add(self, metrics: dict[str, float], weight: float = 1.0) -> None:
+        """Accumulate: a key ending in ``_max`` keeps its largest value, every other key its mean weighted by
+        ``weight`` (e.g. a token mean by the tokens it covers, so that the result is the token mean of them all;
+        nothing is added with weight 0)."""
+        if weight <= 0:
+            return
         for k, v in metrics.items():
             if isinstance(v, (int, float)) and math.isfinite(float(v)):
                 if k.endswith("_max"):
                     self.sums[k] = max(self.sums.get(k, float(v)), float(v))
-                    self.counts[k] = 1
+                    self.counts[k] = 1.0
                     continue
-                self.sums[k] = self.sums.get(k, 0.0) + float(v)
-                self.counts[k] = self.counts.get(k, 0) + 1
+                self.sums[k] = self.sums.get(k, 0.0) + float(v) * weight
+                self.counts[k] = self.counts.get(k, 0.0) + weight
 
     def means(self) -> dict[str, float]:
         out = {k: self.sums[k] / self.counts[k] for k in self.sums}
@@ -314,7 +319,8 @@ def score_batch(policy: Policy, rows: Sequence[StepRow], batch: StepBatch, micro
     """Fill ``batch.old_logprobs`` (if ``recompute_old``), ``batch.ref_logprobs`` and ``batch.values`` in place.
 
     With ``recompute_old`` the engine's log-probs are kept in ``batch.extras["rollout_logprobs"]`` and their gap to
-    the trainer's is returned (``logprob_gap_mean`` / ``logprob_gap_max``)."""
+    the trainer's is returned (``logprob_gap_mean`` / ``logprob_gap_max``, and the ``mismatch/*`` diagnostics of
+    ``algorithms.mismatch``)."""
     if not (recompute_old or need_ref or need_values):
         return {}
     width = batch.action_mask.shape[1]
@@ -324,7 +330,7 @@ def score_batch(policy: Policy, rows: Sequence[StepRow], batch: StepBatch, micro
         batch.values = torch.zeros(batch.num_steps)
     if recompute_old:
         batch.extras["rollout_logprobs"] = batch.old_logprobs.clone()
-    gap = LogprobGap()
+    gap, mismatch = LogprobGap(), MismatchTally()
     policy.model.eval()
     for idx in micro_batches(range(len(rows)), rows, micro_batch_size, policy.share_prefix,
                              policy.micro_batch_tokens):
@@ -334,6 +340,7 @@ def score_batch(policy: Policy, rows: Sequence[StepRow], batch: StepBatch, micro
             if recompute_old:
                 out, values = forward_with_values(policy, inputs, width, temperature, with_values=need_values)
                 gap.add(batch.old_logprobs[index], out.logprobs, batch.action_mask[index])
+                mismatch.add(batch.old_logprobs[index], out.logprobs, batch.action_mask[index])
                 batch.old_logprobs[index] = out.logprobs.float().cpu()
             else:  # values only: the separate critic needs no policy forward
                 values = state_values_of_rows(policy, inputs, width)
@@ -344,7 +351,7 @@ def score_batch(policy: Policy, rows: Sequence[StepRow], batch: StepBatch, micro
             with ctx:
                 ref = policy.ref_model if policy.ref_model is not None else policy.model
                 batch.ref_logprobs[index] = response_forward(ref, inputs, width, temperature).logprobs.float().cpu()
-    return gap.metrics()
+    return {**gap.metrics(), **mismatch.metrics()}
 
 
 def state_values_of_rows(policy: Policy, inputs: ModelInputs, width: int) -> torch.Tensor:
@@ -368,6 +375,7 @@ class UpdateSettings:
     track_weight_change: bool = True
     progress: bool = True
     correction: OffPolicyCorrection | None = None  # importance weights for stale or mismatched sampling
+    step_without_gradient: bool = False  # step the optimizer even when no row carries a gradient
 
     @classmethod
     def from_config(cls, cfg: Any) -> "UpdateSettings":
@@ -375,18 +383,21 @@ class UpdateSettings:
         return cls(micro_batch_size=int(tr.micro_batch_size), mini_batches=int(tr.mini_batches),
                    update_epochs=int(tr.update_epochs), temperature=float(cfg.rollout.temperature),
                    max_grad_norm=float(tr.max_grad_norm), value_coef=float(tr.value_coef),
-                   skip_inert=bool(tr.skip_inert_rows), correction=off_policy_correction(cfg))
+                   skip_inert=bool(tr.skip_inert_rows), correction=off_policy_correction(cfg),
+                   step_without_gradient=bool(tr.step_without_gradient))
 
 
 def off_policy_correction(cfg: Any) -> OffPolicyCorrection | None:
-    """``trainer.off_policy_correction`` / ``trainer.importance_cap`` checked (a one-line ``ConfigError``), or None
-    for ``none``."""
+    """``trainer.off_policy_correction`` / ``importance_cap`` / ``importance_cap_mode`` / ``importance_level``
+    checked (a one-line ``ConfigError``), or None for ``none``."""
     from agentr1_core.config import ConfigError
 
     tr = cfg.trainer
     try:
         correction = OffPolicyCorrection(mode=str(tr.off_policy_correction).strip().lower(),
-                                         cap=float(tr.importance_cap))
+                                         cap=float(tr.importance_cap),
+                                         cap_mode=str(tr.importance_cap_mode).strip().lower(),
+                                         level=str(tr.importance_level).strip().lower())
     except ValueError as exc:
         raise ConfigError(f"config error at trainer: {exc}") from None
     return correction if correction.active else None
@@ -417,9 +428,15 @@ def policy_update(policy: Policy, algorithm: Algorithm, optimizer: torch.optim.O
     Losses and gradients do not depend on ``micro_batch_size`` (see the module docstring). Rows the algorithm calls
     inert (``Algorithm.inert_rows``: zero loss and gradient, e.g. every sample of a GRPO group scored the same) are
     not run (``skip_inert``); the update is the same, and the metrics of the forward (entropy, ratios, clip
-    fractions) cover the rows that ran. ``update_inert_rows`` counts them. Unless the old log-probs were recomputed,
-    the first mini-batch's forward (before any optimizer step) measures the engine-vs-trainer log-prob gap for
-    free, and the first micro-batch's gives ``on_policy_metrics``."""
+    fractions) cover the rows that ran. ``update_inert_rows`` counts them. When every row is inert, no row carries a
+    gradient and the update is skipped (``update_skipped`` 1: no forward, no optimizer or scheduler step, so no
+    momentum moves the weights) unless ``settings.step_without_gradient``. Unless the old log-probs were
+    recomputed, the first mini-batch's forward (before any optimizer step) measures the engine-vs-trainer log-prob
+    gap and the ``mismatch/*`` diagnostics for free, and the first micro-batch's gives ``on_policy_metrics``.
+
+    The ``offpolicy/*`` metrics of a correction are token means: with ``decoupled`` over every valid token of the
+    batch (its weights are fixed before the update, as on the verl backend), with ``tis`` over the tokens of every
+    micro-batch run (its weights move with the policy)."""
     micro_batch_size, mini_batches, update_epochs = (settings.micro_batch_size, settings.mini_batches,
                                                      settings.update_epochs)
     temperature, max_grad_norm, value_coef = settings.temperature, settings.max_grad_norm, settings.value_coef
@@ -433,10 +450,17 @@ def policy_update(policy: Policy, algorithm: Algorithm, optimizer: torch.optim.O
     critic = policy.critic if use_critic else None
     change = WeightChange(policy.params, enabled=settings.track_weight_change)
     gap = LogprobGap() if "rollout_logprobs" not in batch.extras else None
+    mismatch = MismatchTally() if gap is not None else None
+    fixed_weights = None  # the decoupled correction's weight metrics, over the whole batch
     if settings.correction is not None:
         batch.extras["off_policy"] = settings.correction
-    inert_mask = algorithm.inert_rows(batch, advantages) if skip_inert else None
-    inert = inert_mask.tolist() if inert_mask is not None else None
+        if settings.correction.mode == "decoupled" and "rollout_logprobs" in batch.extras:
+            fixed_weights = proximal_weights(batch.old_logprobs, batch.extras["rollout_logprobs"], batch.action_mask,
+                                             settings.correction)[1]
+    inert_mask = algorithm.inert_rows(batch, advantages)
+    if n and inert_mask is not None and bool(inert_mask.all()) and not settings.step_without_gradient:
+        return skipped_update(n, fixed_weights, settings.track_weight_change)
+    inert = inert_mask.tolist() if inert_mask is not None and skip_inert else None
     runs = [i for i in range(n) if inert is None or not inert[i]]
     bar = None
     if progress:
@@ -479,6 +503,7 @@ def policy_update(policy: Policy, algorithm: Algorithm, optimizer: torch.optim.O
                                                    entropy=out.entropy)
                 if gap is not None and epoch == 0 and m == 0:
                     gap.add(sub.old_logprobs, out.logprobs, sub.action_mask)
+                    mismatch.add(sub.old_logprobs, out.logprobs, sub.action_mask)
                 loss = result.loss * share
                 parts = {"policy_loss": float(loss.detach())}
                 metrics = dict(result.metrics)
@@ -486,6 +511,9 @@ def policy_update(policy: Policy, algorithm: Algorithm, optimizer: torch.optim.O
                     onpolicy = on_policy_metrics(out.logprobs, sub, metrics)
                 if "pg_loss" in metrics:  # a micro-batch's part of the mini-batch's loss, summed like the loss
                     parts["pg_loss"] = metrics.pop("pg_loss") * share
+                weights = {k: metrics.pop(k) for k in list(metrics) if k.startswith("offpolicy/")}
+                if fixed_weights is None:  # token means: weighted by the tokens they cover
+                    stats.add(weights, weight=float(metrics.get("valid_tokens", 0.0)))
                 stats.add(metrics)
                 if use_critic:
                     vres = algorithm.value_loss(values, sub, returns[index].to(values.device))
@@ -518,11 +546,22 @@ def policy_update(policy: Policy, algorithm: Algorithm, optimizer: torch.optim.O
     if critic is not None:
         critic.model.eval()
     stats.seconds = time.perf_counter() - start
-    out_metrics = {**stats.means(), **(gap.metrics() if gap is not None else {}), **(onpolicy or {})}
+    out_metrics = {**stats.means(), **(gap.metrics() if gap is not None else {}),
+                   **(mismatch.metrics() if mismatch is not None else {}), **(onpolicy or {}),
+                   **(fixed_weights.metrics() if fixed_weights is not None else {}), "update_skipped": 0}
     weight_change = change.norm()
     if weight_change is not None:
         out_metrics["weight_change"] = weight_change
     return out_metrics
+
+
+def skipped_update(rows: int, fixed_weights: WeightTally | None, track_weight_change: bool) -> dict[str, float]:
+    """The metrics of an update that did not run because no row carries a gradient (``update_skipped``)."""
+    out = {**UpdateStats(inert_rows=rows).means(), "loss": 0.0, "pg_loss": 0.0, "policy_loss": 0.0,
+           "update_skipped": 1, **(fixed_weights.metrics() if fixed_weights is not None else {})}
+    if track_weight_change:
+        out["weight_change"] = 0.0
+    return out
 
 
 def sft_update(policy: Policy, optimizer: torch.optim.Optimizer, rows: Sequence[StepRow], epochs: int,

@@ -160,6 +160,15 @@ def test_logprob_gap_is_measured_with_and_without_recompute(tiny_model):
     assert scored["logprob_gap_mean"] == pytest.approx(float(expected.mean()), rel=1e-4)
     assert torch.allclose(b.old_logprobs, own, atol=1e-6)
     assert torch.equal(b.extras["rollout_logprobs"], batch.old_logprobs)
+    # the mismatch diagnostics of the same tokens, token means over every row, on both paths
+    w = torch.exp(own.double() - batch.old_logprobs.double())[mask]
+    diagnostics = {"mismatch/k3_kl": float((w - 1 - w.log()).mean()),
+                   "mismatch/ess": float(w.sum() ** 2 / (w.numel() * (w * w).sum())),
+                   "mismatch/chi2": float((w * w).mean() - 1)}
+    assert 1e-4 < diagnostics["mismatch/k3_kl"] < 0.1 and 0.3 < diagnostics["mismatch/ess"] < 1.0
+    for got in (metrics, scored):
+        for key, value in diagnostics.items():
+            assert got[key] == pytest.approx(value, rel=1e-3), key
 
 
 class _Engine:
@@ -244,7 +253,8 @@ def _two_groups(model):
     return rows, batch
 
 
-def _weights_after(model, rows, batch, algo, skip: bool, batches: int = 1, adam: bool = False):
+def _weights_after(model, rows, batch, algo, skip: bool, batches: int = 1, adam: bool = False,
+                   step_without_gradient: bool = False):
     """Weights after ``batches`` updates on ``batch``: plain SGD at lr 1 (the change is minus the gradient), or AdamW
     (so that momentum carries across updates)."""
     model = copy.deepcopy(model).train()
@@ -256,7 +266,8 @@ def _weights_after(model, rows, batch, algo, skip: bool, batches: int = 1, adam:
         metrics.append(policy_update(Policy(model=model, pad_id=0, params=params), algo, opt, rows,
                                      copy.deepcopy(b), adv.advantages, adv.returns,
                                      UpdateSettings(micro_batch_size=3, max_grad_norm=0.0, progress=False,
-                                                    skip_inert=skip)))
+                                                    skip_inert=skip,
+                                                    step_without_gradient=step_without_gradient)))
     return torch.cat([p.detach().flatten() for p in params]), metrics
 
 
@@ -278,22 +289,47 @@ def test_inert_rows_are_skipped_and_the_update_is_the_same(tiny_model, loss_agg)
     assert skip_m[0]["loss"] == pytest.approx(full_m[0]["loss"], rel=1e-4, abs=1e-7)
 
 
-def test_an_all_inert_update_still_steps_the_optimizer_as_before(tiny_model):
-    """After an update with a gradient, an update where every row is inert runs no forward but leaves AdamW's
-    momentum step exactly as the full pass (zero gradients) would."""
+def test_an_all_inert_update_steps_the_optimizer_as_before_when_asked(tiny_model):
+    """``step_without_gradient``: after an update with a gradient, an update where every row is inert runs no
+    forward but leaves AdamW's momentum step exactly as the full pass (zero gradients) would."""
     rows, batch = _two_groups(tiny_model)
     batch.rewards = torch.tensor([float(i % 2) for i in range(8)])  # no inert row: the same first update either way
     flat = copy.deepcopy(batch)
     flat.rewards = torch.ones(8)
     algo = ALGORITHM_CLASSES["grpo"]()
-    full, full_m = _weights_after(tiny_model, rows, batch, algo, skip=False, batches=[batch, flat], adam=True)
-    skipped, skip_m = _weights_after(tiny_model, rows, batch, algo, skip=True, batches=[batch, flat], adam=True)
+    full, full_m = _weights_after(tiny_model, rows, batch, algo, skip=False, batches=[batch, flat], adam=True,
+                                  step_without_gradient=True)
+    skipped, skip_m = _weights_after(tiny_model, rows, batch, algo, skip=True, batches=[batch, flat], adam=True,
+                                     step_without_gradient=True)
     after_first, _ = _weights_after(tiny_model, rows, batch, algo, skip=False, batches=[batch], adam=True)
     moved = float((full - after_first).norm())
     assert moved > 0  # momentum moved the weights in the second update
     assert float((full - skipped).norm()) <= 1e-6 * moved
     assert skip_m[1]["update_inert_rows"] == 8 and skip_m[1]["update_tokens"] == 0
     assert skip_m[1]["optimizer_steps"] == full_m[1]["optimizer_steps"] == 1
+    assert skip_m[1]["update_skipped"] == full_m[1]["update_skipped"] == 0
+
+
+@pytest.mark.parametrize("skip", [True, False])
+def test_an_update_without_gradient_does_not_step_the_optimizer(tiny_model, skip):
+    """After an update with a gradient, an update where no row carries a gradient (every GRPO group scored the
+    same) leaves the weights exactly as they were: AdamW's momentum does not move them, whether inert rows are run
+    or not. The update says it was skipped, and a later update with a gradient is the one it would have been."""
+    rows, batch = _two_groups(tiny_model)
+    batch.rewards = torch.tensor([float(i % 2) for i in range(8)])
+    flat = copy.deepcopy(batch)
+    flat.rewards = torch.ones(8)
+    algo = ALGORITHM_CLASSES["grpo"]()
+    after_first, first_m = _weights_after(tiny_model, rows, batch, algo, skip=skip, batches=[batch], adam=True)
+    after_flat, flat_m = _weights_after(tiny_model, rows, batch, algo, skip=skip, batches=[batch, flat], adam=True)
+    assert first_m[0]["update_skipped"] == 0 and first_m[0]["optimizer_steps"] == 1
+    assert torch.equal(after_flat, after_first)
+    assert flat_m[1]["update_skipped"] == 1 and flat_m[1]["optimizer_steps"] == 0
+    assert flat_m[1]["weight_change"] == 0.0 and flat_m[1]["update_inert_rows"] == 8
+    assert flat_m[1]["loss"] == 0.0 and flat_m[1]["update_tokens"] == 0
+    twice, _ = _weights_after(tiny_model, rows, batch, algo, skip=skip, batches=[batch, batch], adam=True)
+    resumed, _ = _weights_after(tiny_model, rows, batch, algo, skip=skip, batches=[batch, flat, batch], adam=True)
+    assert torch.equal(resumed, twice)
 
 
 def test_no_row_is_inert_with_an_entropy_bonus_a_kl_term_or_a_critic(tiny_model):
@@ -320,3 +356,53 @@ def test_activation_checkpointing_gives_the_same_update(tiny_model):
     assert ckpt.abs().max() > 0
     torch.testing.assert_close(ckpt, plain, rtol=1e-4, atol=1e-6)
     assert ckpt_metrics["loss"] == pytest.approx(plain_metrics["loss"], rel=1e-5)
+
+
+def _engine_logprobs(old: torch.Tensor, mask: torch.Tensor, spread: float = 0.8) -> torch.Tensor:
+    """Sampling log-probs of an engine that disagrees with ``old`` by up to ``spread`` nats per token."""
+    gen = torch.Generator().manual_seed(7)
+    return (old + spread * (2 * torch.rand(old.shape, generator=gen) - 1)) * mask
+
+
+def _correction_metrics(model, rows, batch, algo, correction, micro: int):
+    policy_model = copy.deepcopy(model).train()
+    params = list(policy_model.parameters())
+    b = copy.deepcopy(batch)
+    adv = algo.compute_advantages(b)
+    return policy_update(Policy(model=policy_model, pad_id=0, params=params), algo, torch.optim.SGD(params, lr=0.1),
+                         rows, b, adv.advantages, adv.returns,
+                         UpdateSettings(micro_batch_size=micro, max_grad_norm=0.0, progress=False,
+                                        correction=correction))
+
+
+@pytest.mark.parametrize("mode", ["decoupled", "tis"])
+def test_importance_weight_metrics_are_token_means_whatever_the_micro_batch_size(tiny_model, mode):
+    """``offpolicy/*`` over rows of 2 to 20 tokens: micro-batches of 1, 3 and 8 rows log the same values, the
+    token means of ``rho`` computed here by hand. ``decoupled``: ``rho = exp(old - mu)`` over every row, the inert
+    ones (a group whose samples all scored the same) included, as on the verl backend; ``tis``: ``rho = exp(lp -
+    mu)`` with the policy's own log-probs, over the rows that ran."""
+    from agentr1_core.algorithms.losses import OffPolicyCorrection
+
+    rows, batch = _two_groups(tiny_model)
+    mask = batch.action_mask > 0
+    with torch.no_grad():
+        own = response_forward(tiny_model, collate(rows, 0), batch.action_mask.shape[1]).logprobs * batch.action_mask
+    mu = _engine_logprobs(own, batch.action_mask)
+    if mode == "decoupled":  # old: the proximal policy's, recomputed; mu: the engine's
+        batch.old_logprobs = own.clone()
+        batch.extras["rollout_logprobs"] = mu
+        counted = mask
+    else:  # old: the engine's own (no recomputation); the weights take the policy's current log-probs
+        batch.old_logprobs = mu.clone()
+        counted = mask & torch.tensor([i < 4 for i in range(8)]).unsqueeze(1)  # group b is inert and not run
+    rho = torch.exp(own.double() - mu.double())[counted]
+    cap = 1.5
+    expected = {"offpolicy/is_weight_mean": float(rho.mean()), "offpolicy/is_weight_max": float(rho.max()),
+                "offpolicy/is_capped_fraction": float((rho > cap).double().mean())}
+    assert 0.1 < expected["offpolicy/is_capped_fraction"] < 0.5  # some tokens above the cap, most below
+    algo = ALGORITHM_CLASSES["grpo"]()
+    correction = OffPolicyCorrection(mode, cap=cap)
+    for micro in (1, 3, 8):
+        got = _correction_metrics(tiny_model, rows, batch, algo, correction, micro)
+        for key, value in expected.items():
+            assert got[key] == pytest.approx(value, rel=1e-5), (micro, key)
