@@ -12,8 +12,9 @@ whose keys/values the engine already holds: each prefilled prompt is stored, and
 prompt + response, so a shared system prompt, the ``n`` samples of one prompt and a next turn that extends the last
 one are not computed again. Requests of one admission that share an uncached block wait one step for the first of
 them. Reuse is exact up to floating-point summation order (the keys/values of a prefix do not depend on what
-follows it); the store is dropped when any parameter changes in place. ``take_prefix_stats()`` reports the hit rate
-(prefix tokens reused / prompt tokens) since its last call.
+follows it) as long as the weights are the ones the prefix was computed with: the store belongs to one weight
+version (see Weights) and is dropped when the version changes. ``take_prefix_stats()`` reports the hit rate (prefix
+tokens reused / prompt tokens) since its last call.
 
 Why not transformers' own continuous batching (``generate_batch`` / ``init_continuous_batching``)? It exists in
 transformers 5.24 and can return log-probs, but on a CPU in fp32 it was slower than a padded static ``generate``
@@ -22,10 +23,14 @@ log-probs after top-k/top-p truncation, has no stop strings, and switches the sh
 implementation. The trainer shares the ``nn.Module`` with this engine, so the engine must leave it untouched.
 
 Weights. The engine holds the very module the trainer optimises and runs it under ``torch.inference_mode()``; it
-keeps no copy, so in-place optimizer updates are used by the next forward. ``sync_weights()`` is a no-op unless a
-state dict is passed (then it is copied in place). Sequences already decoding keep their KV cache from the old
-weights. Generate only while no optimizer step is running, and keep the model free of gradient checkpointing in
-train mode during generation (transformers then disables the KV cache).
+keeps no copy, so in-place optimizer updates are used by the next forward. The trainer announces every change of
+the weights with ``sync_weights()`` (a given state dict is first copied in place): each call starts a new weight
+version (``weights_version`` counts them), and the prefix store holds the keys and values of one version only. The
+announcement is what the store relies on; two inferences stay as extra guards: the sum of the parameters'
+in-place version counters (AdamW's fused kernel does not bump them, so this alone misses fused updates) and, while
+the engine idles, the module's training mode. Sequences already decoding keep their KV cache from the old
+weights and are not stored under the new version. Generate only while no optimizer step is running, and keep the
+model free of gradient checkpointing in train mode during generation (transformers then disables the KV cache).
 
 Linear layers on the CPU (see ``cpu_linears``): every forward of the worker runs inside ``CpuLinears``, which
 computes decode batches of 2 to ``weight_major_rows`` rows (default 4) as ``W @ x^T`` and every other float32 linear
@@ -38,7 +43,7 @@ Memory. The running batch's key/value buffers have row slots for the requests in
 ``IDLE_RELEASE_SECONDS`` without work (between rollouts, while the trainer updates) they are freed, and the next
 prefill allocates them again. The prefix store keeps at most ``prefix_cache_mb``; the idle engine drops it as soon as
 the module is in training mode or its weights changed (it would be dropped at the next admission anyway), so it is
-not held through the update. What the idle engine frees goes back to the OS at once (``lifecycle.memory.trim``):
+usually not held through the update. What the idle engine frees goes back to the OS at once (``lifecycle.memory.trim``):
 this thread's malloc arena is not reused by the trainer's thread. So do the temporaries of each prefill (the decode
 steps after it allocate far less). ``max_kv_mb`` (0: no limit) caps the buffers: a request joins only while every
 row slot of the buffers, at the width the rows in flight will reach (the longest prompt plus its
@@ -86,6 +91,7 @@ class _Request:
     logprobs: list[float] = field(default_factory=list)
     stop_window: int = 0
     t_submit: float = 0.0
+    weights: tuple[int, int] | None = None  # the weight version the request was admitted under (``_weights_key``)
 
 
 def _resolve(req: _Request, value: Any, error: BaseException | None = None) -> None:
@@ -146,7 +152,8 @@ class TransformersEngine:
         self.prefix_cache_responses = bool(prefix_cache_responses)
         self.weight_major_rows = int(weight_major_rows) if self.device.type == "cpu" else 0
         self.onednn_linears = bool(onednn_linears) and self.device.type == "cpu"
-        self._weights_version: int | None = None
+        self.weights_version = 0  # weight changes announced by the trainer (``sync_weights`` calls)
+        self._store_weights: tuple[int, int] | None = None  # the version the store's keys and values belong to
         self._window = {"prompt_tokens": 0, "prefix_reused_tokens": 0}
         self._closed = False
         self._thread: threading.Thread | None = None
@@ -203,15 +210,17 @@ class TransformersEngine:
         return await req.future
 
     def sync_weights(self, state: Any = None) -> None:
-        """No-op for the shared module; a given state dict is copied into the model's tensors in place."""
-        if state is None:
-            return
-        with torch.no_grad():
-            params = dict(self.model.named_parameters())
-            params.update(dict(self.model.named_buffers()))
-            for name, value in state.items():
-                if name in params:
-                    params[name].copy_(value)
+        """The trainer's announcement that the weights changed (the shared module was updated in place, or ``state``,
+        a ``{name: tensor}`` dict, is copied into the model's tensors now): a new weight version starts, and no prefix
+        computed with an earlier one is reused. Call it after every change, never while a rollout runs."""
+        if state is not None:
+            with torch.no_grad():
+                params = dict(self.model.named_parameters())
+                params.update(dict(self.model.named_buffers()))
+                for name, value in state.items():
+                    if name in params:
+                        params[name].copy_(value)
+        self.weights_version += 1  # the worker drops the store at its next admission or idle turn
 
     def take_memory_stats(self) -> dict[str, float]:
         """MiB of the KV buffers and of the prefix cache at their peaks since the last call (the buffers grow with the
@@ -292,9 +301,14 @@ class TransformersEngine:
     def _note_store(self) -> None:
         self._store_peak_bytes = max(self._store_peak_bytes, self._store.bytes)
 
+    def _weights_key(self) -> tuple[int, int]:
+        """The weight version as the engine sees it: the announced version, and the sum of the parameters' in-place
+        version counters (a guard for a change nobody announced; fused optimizer kernels leave it unchanged)."""
+        return self.weights_version, sum(p._version for p in self.model.parameters())
+
     def _weights_stale(self) -> bool:
-        """Whether the module is in training mode or a parameter changed since the store was last checked."""
-        return bool(self.model.training) or sum(p._version for p in self.model.parameters()) != self._weights_version
+        """Whether the module is in training mode or the weights changed since the store was last checked."""
+        return bool(self.model.training) or self._weights_key() != self._store_weights
 
     def _iteration(self) -> None:
         scores = [r for r in self._pending if r.continuation is not None]
@@ -319,10 +333,11 @@ class TransformersEngine:
             self._running = [self._running[i] for i in order]
 
     def _check_weights(self) -> None:
-        """Drop the prefix store when any parameter was modified in place since the last admission."""
-        version = sum(p._version for p in self.model.parameters())
-        if version != self._weights_version:
-            self._weights_version = version
+        """Drop the prefix store when the weights changed (announced, or a parameter modified in place) since the
+        last admission."""
+        key = self._weights_key()
+        if key != self._store_weights:
+            self._store_weights = key
             self._note_store()
             self._store.clear()
 
@@ -399,6 +414,7 @@ class TransformersEngine:
         to the running batch and sample their first tokens."""
         for req in batch:
             self._init_row(req)
+            req.weights = self._store_weights
         reused = [m for _, m in hits]
         suffix = [len(req.prompt) - m for req, m in zip(batch, reused)]
         prefixes = [(e.keys, e.values) if e is not None else None for e, _ in hits]
@@ -492,6 +508,8 @@ class TransformersEngine:
         """Store a finished row's prompt + response (all but the last token, which was never fed) for a next turn
         that extends it."""
         if self._store is None or not self.prefix_cache_responses or len(req.tokens) < 2:
+            return
+        if req.weights != self._store_weights:  # admitted under weights the store no longer holds
             return
         seq = req.prompt + req.tokens[:-1]
         if not self._store.covered(seq):
