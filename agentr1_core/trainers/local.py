@@ -155,7 +155,8 @@ class LocalBackend:
         critic_lr = float(cfg.critic.lr if cfg.critic.lr is not None else tr.critic_lr)
         if self.algorithm.needs_critic and cfg.critic.model:
             critic = roles.build_separate_critic(str(cfg.critic.model), tokenizer, str(cfg.model.dtype), self.device,
-                                                 critic_lr, list(tr.betas), float(tr.max_grad_norm))
+                                                 critic_lr, list(tr.betas), float(tr.max_grad_norm),
+                                                 kernel=str(tr.optimizer_kernel))
         elif self.algorithm.needs_critic:
             value_head = roles.zero_value_head(model.config.hidden_size, self.device)
         trainable = [p for p in policy_model.parameters() if p.requires_grad]
@@ -163,7 +164,8 @@ class LocalBackend:
         if value_head is not None:
             groups.append({"params": list(value_head.parameters()), "lr": critic_lr})
         self.optimizer = make_optimizer(groups, lr=float(tr.lr), betas=list(tr.betas),
-                                        weight_decay=float(tr.weight_decay), device=self.device)
+                                        weight_decay=float(tr.weight_decay), device=self.device,
+                                        kernel=str(tr.optimizer_kernel))
         warmup = int(tr.warmup_steps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup > 0 else 1.0)

@@ -73,9 +73,9 @@ def load_reference(path: str, tokenizer: Any, dtype: str, device: str) -> Any:
 
 
 def build_separate_critic(path: str, tokenizer: Any, dtype: str, device: str, lr: float,
-                          betas: Sequence[float], max_grad_norm: float) -> Critic:
+                          betas: Sequence[float], max_grad_norm: float, kernel: str = "auto") -> Critic:
     """A separate critic: the causal LM at ``path`` (same tokenizer as the policy) plus a zero-initialised value
-    head, trained by its own AdamW."""
+    head, trained by its own AdamW (with the ``kernel`` of ``trainer.optimizer_kernel``)."""
     from agentr1_core.models import load_model_and_tokenizer
 
     model, critic_tok = load_model_and_tokenizer(path, dtype=dtype, device=device)
@@ -84,7 +84,7 @@ def build_separate_critic(path: str, tokenizer: Any, dtype: str, device: str, lr
                          "the policy's token ids")
     head = zero_value_head(model.config.hidden_size, device)
     params = [p for p in model.parameters() if p.requires_grad] + list(head.parameters())
-    optimizer = make_optimizer([{"params": params, "lr": lr}], lr=lr, betas=betas, device=device)
+    optimizer = make_optimizer([{"params": params, "lr": lr}], lr=lr, betas=betas, device=device, kernel=kernel)
     return Critic(model=model.eval(), head=head, optimizer=optimizer, params=params, max_grad_norm=max_grad_norm)
 
 

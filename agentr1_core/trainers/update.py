@@ -16,8 +16,9 @@ trunk, head, optimizer and clipping). ``state_values`` evaluates it on plain pro
 episodes).
 
 Every optimizer step goes through ``guarded_step``: a non-finite loss or gradient norm skips the step (gradients are
-dropped and the skip counted), so no NaN ever reaches the weights. Optimizers are AdamW with the multi-tensor
-(``foreach``) kernels, fused on CUDA; clipping uses the multi-tensor norm.
+dropped and the skip counted), so no NaN ever reaches the weights. Optimizers are AdamW with the kernel of
+``trainer.optimizer_kernel`` (default: fused on CUDA, multi-tensor ``foreach`` elsewhere); clipping uses the
+multi-tensor norm.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from agentr1_core.cpu_linears import CpuLinears
 from agentr1_core.trainers.batching import ModelInputs, StepRow, collate, micro_batches
 from agentr1_core.trainers.forward import ForwardOutput, response_forward
 
+from agentr1_core.validation import OPTIMIZER_KERNELS
 
 @dataclass
 class Critic:
@@ -137,10 +139,16 @@ def with_policy_linears(fn: Callable) -> Callable:
 
 
 def make_optimizer(groups: list[dict[str, Any]], lr: float, betas: Sequence[float] = (0.9, 0.999),
-                   weight_decay: float = 0.0, device: Any = "cpu") -> torch.optim.Optimizer:
-    """AdamW with the fused kernel on CUDA and the multi-tensor (foreach) one elsewhere."""
-    kind = {"fused": True} if str(device).startswith("cuda") else {"foreach": True}
-    return torch.optim.AdamW(groups, lr=lr, betas=tuple(float(b) for b in betas), weight_decay=weight_decay, **kind)
+                   weight_decay: float = 0.0, device: Any = "cpu", kernel: str = "auto") -> torch.optim.Optimizer:
+    """AdamW with the ``kernel`` of ``trainer.optimizer_kernel``: ``fused`` (one kernel for all parameters; it updates
+    them without bumping their in-place version counters), ``foreach`` (multi-tensor) or ``auto``: fused on CUDA,
+    foreach elsewhere. Both run on a CPU too and give the same update up to float rounding."""
+    if kernel not in OPTIMIZER_KERNELS:
+        raise ValueError(f"optimizer kernel must be one of {', '.join(OPTIMIZER_KERNELS)}, got {kernel!r}")
+    if kernel == "auto":
+        kernel = "fused" if str(device).startswith("cuda") else "foreach"
+    return torch.optim.AdamW(groups, lr=lr, betas=tuple(float(b) for b in betas), weight_decay=weight_decay,
+                             **{kernel: True})
 
 
 @dataclass

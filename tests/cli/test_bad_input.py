@@ -56,6 +56,8 @@ def _cases(ws: Path) -> list[Case]:
              ["trainer.importance_cap", ">= 1"]),
         Case("validation_n_zero", ["run", "tiny", "validation.n=0", r("k")], ["validation.n"]),
         Case("top_p_zero", ["run", "tiny", "rollout.top_p=0", r("l")], ["rollout.top_p"]),
+        Case("optimizer_kernel_typo", ["run", "tiny", "trainer.optimizer_kernel=fuse", r("j5")],
+             ["trainer.optimizer_kernel", "'fuse'", "auto, fused, foreach"]),
         Case("temperature_negative", ["run", "tiny", "rollout.temperature=-1", r("m")], ["rollout.temperature"]),
         Case("sft_epochs_zero", ["run", "tiny", "sft.epochs=0", r("n")], ["sft.epochs"]),
         Case("keep_checkpoints_zero", ["run", "tiny", "trainer.keep_checkpoints=0", r("o")],
