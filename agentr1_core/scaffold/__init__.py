@@ -1,10 +1,13 @@
 """``agentr1-core new-plugin NAME --kind tool|env|reward|flow``: write an installable plugin package that trains.
 
-The package ``agentr1-NAME`` holds the component (an example to replace), ``plugin.py`` (its hook and the named
-configs), a named run config ``agentr1_NAME/configs/NAME.yaml`` that exercises the component (warm-start SFT on
-expert episodes, then GRPO, sized for a 2-core CPU), a small seeded dataset shipped as package data
-(``data/train.jsonl``, ``data/val.jsonl``), a README and tests. ``pip install ./agentr1-NAME`` makes the component
-and the config show in ``agentr1-core plugins`` and ``agentr1-core config list``; ``agentr1-core run NAME`` trains.
+The package ``agentr1-NAME`` holds the component, ``plugin.py`` (its hook and the named configs), a named run config
+``agentr1_NAME/configs/NAME.yaml`` that exercises the component (warm-start SFT on expert episodes, then GRPO, sized
+for a 2-core CPU), a small seeded dataset (``data/train.jsonl``, ``data/val.jsonl``; every file under ``data/`` is
+package data), a README and tests. Its text speaks of the component by the given name (``the NAME tool``); the
+working example it trains (a unit converter, a guessing game, a graded reward or a flow on the calculator task) sits
+in one marked ``EXAMPLE`` block per file, the part a user replaces. The shipped tests read the row counts and caps
+they check from the run config. ``pip install ./agentr1-NAME`` makes the component and the config show in
+``agentr1-core plugins`` and ``agentr1-core config list``; ``agentr1-core run NAME`` trains.
 
 Each kind is a module of this package (``tool``, ``env``, ``reward``, ``flow``) that exports ``KIND``: its templates
 and the function that writes its rows; ``common`` has what every kind shares.
@@ -58,7 +61,7 @@ def _cmd(args: argparse.Namespace) -> int:
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("name", help="plugin name, e.g. unitconv (the distribution is agentr1-NAME)")
+    parser.add_argument("name", help="plugin name, e.g. inventory (the distribution is agentr1-NAME)")
     parser.add_argument("--kind", choices=KIND_MODULES, default="tool",
                         help="the component to write: a tool, an env, a reward function or an agent flow")
     parser.add_argument("--dir", default=".", help="where to create the package folder")

@@ -1,10 +1,16 @@
 """What every scaffolded package shares: the ``Kind`` description, the file templates common to all kinds and
 ``render_package``, which turns a name and a kind into the package's files (path -> text).
 
+The package speaks of the component in the user's own words (``the inventory tool``); what it needs of a task to
+install, train and pass its tests from the start is a working example, which each file holds in one marked block,
+``# EXAMPLE: ...`` to ``# END EXAMPLE`` (``<!-- EXAMPLE: ... -->`` to ``<!-- END EXAMPLE -->`` in the README), so a
+user replaces those blocks and the rows in ``data/`` and keeps the rest. The tests the package ships read the row
+counts and caps they check from its run config.
+
 Templates are ``string.Template`` text: ``$name`` (the plugin and config name, e.g. ``unit-conv``), ``$ident`` (the
 component name, ``unit_conv``), ``$package`` (``agentr1_unit_conv``), ``$dist`` (``agentr1-unit-conv``), ``$cls``,
-``$module``, ``$kind``, ``$title`` (``$Title`` capitalised) and whatever a kind adds; ``$$`` is a literal ``$``
-(as in the configs' ``$${package_data:...}``).
+``$module``, ``$kind``, ``$title`` (``the unit-conv tool``), ``$Title`` (capitalised) and whatever a kind adds;
+``$$`` is a literal ``$`` (as in the configs' ``$${package_data:...}``).
 """
 
 from __future__ import annotations
@@ -19,6 +25,9 @@ from agentr1_core.kinds import BY_NAME
 
 Rows = list[dict[str, Any]]
 
+# The marks around the one example block of a generated file (Python, YAML, TOML; the README uses HTML comments).
+EXAMPLE_START, EXAMPLE_END = "EXAMPLE:", "END EXAMPLE"
+
 
 @dataclass(frozen=True)
 class Kind:
@@ -28,9 +37,8 @@ class Kind:
     component: str  # template of <package>/<kind>.py
     config: str  # template of <package>/configs/<name>.yaml
     tests: str  # template of tests/test_<kind>.py
-    readme: str  # template of the README's kind-specific part
-    rows: Callable[[dict[str, str]], tuple[Rows, Rows]]  # the seeded (train, val) rows
-    description: str = ""  # template of the one-line description (the spec's, the README's first line)
+    example: str  # template of the README's section on the example (inside its EXAMPLE block)
+    rows: Callable[[dict[str, str]], tuple[Rows, Rows]]  # the example's seeded (train, val) rows
     factory_attr: str = ""  # the registered attribute when it is not the class ``$cls``
     registry_kind: str = ""  # the kind in agentr1_core.kinds when it is not ``kind`` (agent_flow): hook, spec class
     extra_fields: Callable[[dict[str, str]], dict[str, str]] = field(default=lambda fields: {})
@@ -52,10 +60,9 @@ def names(name: str, kind: Kind) -> dict[str, str]:
                   module=kind.kind, kind=kind.kind, registry_kind=registered.name, hook=registered.hook,
                   spec_cls=registered.spec,
                   title=f"the {name} {kind.kind}", Title=f"The {name} {kind.kind}", core_version=__version__)
-    fields["obj"] = kind.factory_attr or cls  # what the spec registers
+    fields["obj"] = kind.factory_attr.replace("$ident", ident) or cls  # what the spec registers
     fields["factory"] = f"{fields['package']}.{kind.kind}:{fields['obj']}"
     fields.update(kind.extra_fields(fields))
-    fields["description"] = fill(kind.description, fields)
     return fields
 
 
@@ -64,7 +71,7 @@ def render_package(name: str, kind: Kind) -> dict[str, str]:
     fields = names(name, kind)
     train, val = kind.rows(fields)
     fields["train_rows"], fields["val_rows"] = str(len(train)), str(len(val))
-    fields["kind_readme"] = fill(kind.readme, fields)
+    fields["example"] = fill(kind.example, fields)
     pkg = fields["package"]
     return {
         "pyproject.toml": fill(PYPROJECT, fields),
@@ -108,7 +115,7 @@ packages = ["$package"]
 include-package-data = false  # exactly the package-data below
 
 [tool.setuptools.package-data]
-$package = ["configs/*.yaml", "data/*.jsonl"]
+$package = ["configs/*.yaml", "data/**/*"]  # the run configs, and every file under data/ (any type, any depth)
 
 [tool.pytest.ini_options]
 testpaths = ["tests"]
@@ -123,10 +130,7 @@ from agentr1_core.named_configs import package_configs
 
 @hookimpl
 def $hook():
-    return [$spec_cls(
-        "$ident", "$factory",
-        "$description",
-    )]
+    return [$spec_cls("$ident", "$factory", "$Title")]
 
 
 @hookimpl
@@ -136,22 +140,30 @@ def agentr1_configs():
 
 README = '''# $dist
 
-$description.
+$Title for agentr1, with a run config that trains SmolLM2-135M-Instruct with it on a CPU,
+its rows and its tests.
 
-An agentr1 plugin, with a run config that trains SmolLM2-135M-Instruct on CPU with it.
+## Make it yours
 
-## Files
+The package starts with a working example, so that it installs, trains and passes its tests as written. Each file
+that holds a part of the example marks that part with one block, from `# EXAMPLE:` to `# END EXAMPLE` (in this
+README, HTML comments): replace those blocks and the rows in `data/`, keep the rest, and run `pytest`.
 
-| file | what it is |
-|---|---|
-| `pyproject.toml` | the distribution; its `agentr1` entry point names `$package.plugin` |
-| `$package/$module.py` | the $kind (`$obj`): an example to replace with your own |
-| `$package/plugin.py` | registers the $kind as `$ident` and every `configs/*.yaml` as a named config |
-| `$package/configs/$name.yaml` | the run: SFT on expert episodes, then GRPO; held-out success before, between and after |
-| `$package/data/*.jsonl` | $train_rows training rows, $val_rows held-out rows (disjoint), a JSON object a line |
-| `tests/` | the $kind's contract, its registration, the config, the rows, the expert solving each held-out row |
+| file | what it is | what to replace |
+|---|---|---|
+| `$package/$module.py` | the $kind (`$obj`), registered as `$ident` | its `EXAMPLE` block |
+| `$package/configs/$name.yaml` | the run: SFT on expert episodes, then GRPO | its `EXAMPLE` block |
+| `$package/data/` | the rows: `train.jsonl` ($train_rows), `val.jsonl` ($val_rows, held out); all of `data/` ships | the rows |
+| `tests/test_$module.py` | the $kind's tests | its `EXAMPLE` block: the example's own tests |
+| `tests/conftest.py`, `tests/test_package.py` | the registration, the config, the rows, the expert's episodes | nothing |
+| `$package/plugin.py` | registers the $kind as `$ident` and every `configs/*.yaml` as a named config | nothing |
+| `pyproject.toml` | the distribution; its `agentr1` entry point names `$package.plugin` | nothing |
 
-$kind_readme
+<!-- EXAMPLE: what the example does; replace this section with what $title does -->
+## The example
+
+$example<!-- END EXAMPLE -->
+
 ## Install, test, run
 
     pip install -e .              # then: agentr1-core plugins; agentr1-core config list
@@ -160,7 +172,10 @@ $kind_readme
     agentr1-core run $name trainer.total_steps=2 sft.rows=8    # any key.path=value overrides
 
 The run prints held-out success before SFT, after SFT and after RL, and writes them to
-`runs/$name/summary.json`; `runs/$name/episodes/<label>.jsonl` shows what the model did in each held-out episode.
+`runs/$name/summary.json`; `runs/$name/episodes/<label>.jsonl` shows what the model did in each
+held-out episode.
+The tests read what they check from the config: the training rows cover `sft.rows` and `rollout.batch_size`, the
+held-out rows `validation.max_rows`, and each row's `expert_actions` fit in `rollout.max_turns`.
 
 ## Rows
 
@@ -173,14 +188,20 @@ core's `jsonl` loader from the installed package:
     data:
       train: {name: jsonl, path: "$${package_data:$package,data/train.jsonl}"}
 
+Every file under `$package/data/` is package data, whatever its type and however deep: a table the $kind
+reads ships in the wheel next to the rows. Read it from the installed package, not from a path relative to where a
+run starts:
+
+    from importlib import resources
+    text = resources.files("$package").joinpath("data/table.csv").read_text(encoding="utf-8")
+
 Every YAML file added to `$package/configs/` becomes a named config (`agentr1-core run FILE_NAME`).
 '''
 
-CONFTEST = '''"""Helpers of the tests of $dist: the shipped rows and an expert episode through the configured run."""
+CONFTEST = '''"""Helpers of the tests of $dist: the run config, the rows it reads, and an expert episode through the
+configured run."""
 
 import asyncio
-import json
-from importlib import resources
 
 import pytest
 from omegaconf import OmegaConf
@@ -196,9 +217,9 @@ PACKAGE = "$package"
 
 
 def read_rows(split):
-    """The rows of ``data/<split>.jsonl`` as shipped in the installed package."""
-    text = resources.files(PACKAGE).joinpath(f"data/{split}.jsonl").read_text(encoding="utf-8")
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+    """The rows of ``split`` (``train`` or ``val``) as the run reads them: the config's ``data.<split>`` dataset."""
+    name, params = component(load_config(CONFIG), f"data.{split}")
+    return get_registry().build("dataset", name, params)
 
 
 class WordTokenizer:
@@ -228,8 +249,14 @@ def run_expert(row, cfg=None):
 
 
 @pytest.fixture
+def config():
+    """The run config ``$name``, resolved as ``agentr1-core run $name`` resolves it."""
+    return load_config(CONFIG)
+
+
+@pytest.fixture
 def load_rows():
-    """``load_rows(split)``: the shipped rows of ``train`` or ``val``."""
+    """``load_rows(split)``: the rows the config reads for ``train`` or ``val``."""
     return read_rows
 
 
@@ -239,38 +266,41 @@ def expert_episode():
     return run_expert
 '''
 
-PACKAGE_TESTS = '''"""The package as agentr1 sees it: the entry point, the named config and the shipped rows."""
+PACKAGE_TESTS = '''"""The package as agentr1 sees it: the entry point, the named config, and the rows against what the
+config takes."""
 
 import json
+from importlib import resources
+from pathlib import Path
 
-from agentr1_core.config import component, load_config
+from agentr1_core.config import component
 from agentr1_core.plugins import get_registry
 from agentr1_core.preflight import preflight
 
-CONFIG = "$name"
+PACKAGE = "$package"
 ROW_KEYS = {"prompt", "data_source", "reward_model", "expert_actions", "env_kwargs", "extra_info"}
 
 
 def test_registered_through_the_entry_point():
     registry = get_registry()
     assert "$ident" in registry.names("$registry_kind")
-    assert CONFIG in registry.names("config")
+    assert "$name" in registry.names("config")
     owner = registry.components["$registry_kind"]["$ident"]
     assert owner.distribution == "$dist"
 
 
-def test_shipped_config_passes_the_checks_a_run_makes_and_reads_the_shipped_rows(load_rows):
-    cfg = load_config(CONFIG)
-    preflight(cfg, get_registry(), keep_rows=False)  # values, model path, names, params; builds data, reward, env
-    for key, split in (("data.train", "train"), ("data.val", "val")):
-        name, params = component(cfg, key)
-        assert name == "jsonl"
-        assert get_registry().build("dataset", name, params) == load_rows(split)
+def test_the_config_passes_the_checks_a_run_makes_and_reads_rows_shipped_in_the_package(config, load_rows):
+    preflight(config, get_registry(), keep_rows=False)  # values, model path, names, params; builds data, reward, env
+    installed = Path(str(resources.files(PACKAGE))).resolve()
+    for split in ("train", "val"):
+        assert load_rows(split), f"data.{split} reads no rows"
+        path = component(config, f"data.{split}")[1].get("path")
+        if path:  # a file the run reads ships with the package, so the run works from a wheel and from any folder
+            assert installed in Path(path).resolve().parents, f"data.{split}.path {path} is outside {installed}"
 
 
 def test_rows_are_well_formed_and_the_splits_disjoint(load_rows):
     train, val = load_rows("train"), load_rows("val")
-    assert len(train) >= 100 and len(val) >= 16
     for row in train + val:
         assert set(row) <= ROW_KEYS, f"unexpected keys {set(row) - ROW_KEYS}"
         assert isinstance(row["prompt"], str) and row["prompt"].strip()
@@ -286,10 +316,25 @@ def test_rows_are_well_formed_and_the_splits_disjoint(load_rows):
     assert not {key(r) for r in train} & {key(r) for r in val}, "a held-out row is also a training row"
 
 
-def test_the_expert_solves_every_held_out_row(load_rows, expert_episode):
-    cfg = load_config(CONFIG)
+def test_the_rows_cover_what_the_config_takes(config, load_rows):
+    """With fewer rows a run would not fail, it would quietly take fewer: SFT plays min(sft.rows, training rows)
+    expert episodes, a validation min(validation.max_rows, held-out rows) episodes (max_rows 0: all), and an RL
+    iteration with fewer training rows than rollout.batch_size repeats some of them in its batch."""
+    train, val = load_rows("train"), load_rows("val")
+    if "sft" in config.stages:
+        assert len(train) >= config.sft.rows, f"sft.rows is {config.sft.rows}; there are {len(train)} training rows"
+    if "rl" in config.stages:
+        batch = config.rollout.batch_size
+        assert len(train) >= batch, f"rollout.batch_size is {batch}; there are {len(train)} training rows"
+    max_rows = int(config.validation.max_rows)  # 0: every held-out row
+    assert len(val) >= max(max_rows, 1), f"validation.max_rows is {max_rows}; there are {len(val)} held-out rows"
+    for row in train + val:  # the expert acts once a turn: more actions than turns would be cut
+        assert len(row.get("expert_actions", [])) <= config.rollout.max_turns, (row["prompt"], "rollout.max_turns")
+
+
+def test_the_expert_solves_every_held_out_row(config, load_rows, expert_episode):
     for row in load_rows("val"):
-        traj = expert_episode(row, cfg)
+        traj = expert_episode(row, config)
         assert traj.termination == "done", (row["prompt"], traj.termination, traj.info.get("error"))
         assert traj.success() and traj.final_reward >= 1.0, (row["prompt"], [s.action_text for s in traj.steps])
 '''
@@ -297,7 +342,7 @@ def test_the_expert_solves_every_held_out_row(load_rows, expert_episode):
 
 def calculator_rows(fields: dict[str, str]) -> tuple[Rows, Rows]:
     """200 training and 32 held-out problems of the default run's calculator task (one seeded stream, disjoint
-    splits), for the kinds that train on it (reward, flow)."""
+    splits), the example of the kinds that train on it (reward, flow)."""
     from agentr1_core.builtin.datasets import arithmetic_rows
 
     return (arithmetic_rows("train", train_size=200, val_size=32, seed=0),

@@ -1,6 +1,7 @@
-"""The ``env`` kind: a multi-turn ``AgentEnv`` (guess a whole number, told "higher" or "lower" after each guess).
+"""The ``env`` kind: a multi-turn ``AgentEnv`` in the user's words, with a number-guessing game as the example (guess
+a whole number, told "higher" or "lower" after each guess).
 
-The env pays the reward itself (1.0 for finding the number; the config has ``reward: null``), rewrites its
+The example env pays the reward itself (1.0 for finding the number; the config has ``reward: null``), rewrites its
 observation every turn from its state (the task, the guesses so far, the numbers still possible) and has an expert
 (``expert_action``: binary search) for the SFT warm start. Listing the numbers still possible, rather than only the
 bounds, lets a small model make a valid guess by copying one; picking the middle one is what it has to learn. Each
@@ -51,26 +52,30 @@ def rows(fields: dict[str, str]) -> tuple[Rows, Rows]:
     return out[:200], out[200:]
 
 
-COMPONENT = '''"""$Title: guess a whole number from ``low`` to ``high``, told "higher" or "lower" after a guess.
+COMPONENT = '''\"\"\"$Title for agentr1: a multi-turn ``AgentEnv`` that answers each model turn and pays the reward.
 
-An example of a multi-turn ``AgentEnv``: replace ``reset``/``step`` with your task. ``reset(row)`` starts an episode
-(the row's ``env_kwargs`` were merged into the constructor's arguments), ``step(action)`` answers one model turn with
-the next ``Observation``, a reward and whether the episode is over.
-"""
+``__init__`` takes the env's config (``env: {name: $ident, ...}``) merged with the row's ``env_kwargs``, so each row
+can set its own episode; ``reset(row)`` starts an episode and returns the first ``Observation`` (the whole prompt of
+the model's first turn); ``step(action)`` reads one model turn (``action.text``) and returns a ``StepResult``: the
+next observation, the reward, ``done`` when the task is finished, ``truncated`` when the env cuts the episode, and a
+``feedback`` text for the episode logs. ``expert_action()`` is the scripted expert whose episodes the SFT warm start
+records; an env without one replays each row's ``expert_actions``.
+\"\"\"
 
 import re
 
 from agentr1_core.envs import AgentEnv
 from agentr1_core.mdp import Observation, StepResult
 
-_INTEGER = re.compile(r"-?\\d+")
-
 
 class $cls(AgentEnv):
-    """The observation is rewritten from the state every turn: the task (the row's prompt), the guesses so far and
-    the numbers still possible, so the prompt stays short however long the episode runs. Reward 1.0 for finding
-    the number (the env pays the reward: the run config has ``reward: null``); the episode is cut (truncated)
-    after ``max_turns`` guesses. ``expert_action`` guesses the middle number still possible (binary search)."""
+    # EXAMPLE: replace from here to END EXAMPLE (the class's body) with your env's. The example is a game: guess a
+    # whole number from ``low`` to ``high``, told "higher" or "lower" after each wrong guess. The observation is
+    # rewritten from the state every turn: the task (the row's prompt), the guesses so far and the numbers still
+    # possible, so the prompt stays short however long the episode runs. Reward 1.0 for finding the number (the run
+    # config has ``reward: null``); the episode is cut after ``max_turns`` guesses. ``expert_action`` guesses the
+    # middle number still possible (binary search).
+    INTEGER = re.compile(r"-?\\d+")
 
     def __init__(self, target: int = 7, low: int = 1, high: int = 10, max_turns: int = 5) -> None:
         if not low <= target <= high:
@@ -96,7 +101,7 @@ class $cls(AgentEnv):
 
     async def step(self, action):
         self.turn += 1
-        found = _INTEGER.search(action.text)
+        found = self.INTEGER.search(action.text)
         if found is None:
             answer, note = "not a number", f"{action.text.strip()[:20]!r} is not a number"
         else:
@@ -115,51 +120,57 @@ class $cls(AgentEnv):
                           feedback=answer, info={"guesses": self.turn})
 
     def expert_action(self):
-        """Binary search: the middle of the numbers still possible."""
+        \"\"\"Binary search: the middle of the numbers still possible.\"\"\"
         return str((self.lo + self.hi) // 2)
+    # END EXAMPLE
 '''
 
-CONFIG = '''# The $ident env (guess a number, told higher or lower): SFT on its binary-search expert, then GRPO
-# The env pays the reward (1 for finding the number within env.max_turns guesses), so the config names no reward
-# function. The games (range and number per row, through env_kwargs) ship in this package (data/*.jsonl).
+CONFIG = '''# $Title: SFT on expert episodes, then GRPO (minutes on a 2-core CPU)
+# The env pays the reward, so the config names no reward function. The rows ship in this package (data/); each
+# row's env_kwargs are merged into the env's constructor arguments.
 seed: 0
 run_dir: runs/$name
 stages: [sft, rl]
 model: {path: smollm2-135m-instruct, dtype: float32, device: auto}
 engine: {name: transformers, max_batch_size: 64}
-env: {name: $ident, max_turns: $max_turns}
 agent_flow: {name: agent_env_loop}
 reward: null  # the env pays the reward
 algorithm: {name: grpo}
 data:
   train: {name: jsonl, path: "$${package_data:$package,data/train.jsonl}"}
   val: {name: jsonl, path: "$${package_data:$package,data/val.jsonl}"}
-rollout: {batch_size: 4, n: 4, temperature: 0.7, max_new_tokens: 8, max_turns: $max_turns, max_prompt_tokens: 512}
 validation: {every: 0, before: true, max_rows: 32, n: 1, temperature: 0.0}
 sft: {rows: 32, epochs: 1, lr: 1.0e-4, batch_size: 8}
 trainer: {name: local, total_steps: 6, lr: 2.0e-5, micro_batch_size: 8, micro_batch_tokens: 2048, max_grad_norm: 1.0,
           train_layers: 10}
+# EXAMPLE: set the env's arguments and the caps on turns and tokens for your task (these fit the example game: at
+# most $max_turns guesses, each a short number)
+env: {name: $ident, max_turns: $max_turns}
+rollout: {batch_size: 4, n: 4, temperature: 0.7, max_new_tokens: 8, max_turns: $max_turns, max_prompt_tokens: 512}
+# END EXAMPLE
 '''
 
-TESTS = '''"""The $ident env: its contract, its answers, its step cap, its expert, and the shipped games."""
-
-import math
+TESTS = '''\"\"\"The $ident env: its contract on every row, and each row's expert actions finishing its episode.\"\"\"
 
 import pytest
 
+from agentr1_core.config import component
 from agentr1_core.mdp import Action
 from agentr1_core.testing import check_env, run_async
 
 from $package.env import $cls
 
-ROW = {"prompt": "I am thinking of a whole number from 1 to 10."}
+
+def make_env(config, row):
+    \"\"\"The env as a run builds it for ``row``: the config's ``env`` arguments, then the row's ``env_kwargs``.\"\"\"
+    return $cls(**{**component(config, "env")[1], **row.get("env_kwargs", {})})
 
 
-def play(env, guesses, row=ROW):
-    """Reset, then one step per guess until the episode ends; returns the step results."""
+def play(env, actions, row):
+    \"\"\"Reset, then one step per action until the episode ends; returns the step results.\"\"\"
     async def go():
         results = [await env.reset(row)]
-        for text in guesses:
+        for text in actions:
             result = await env.step(Action(text, [0], [0.0]))
             results.append(result)
             if result.done or result.truncated:
@@ -168,12 +179,33 @@ def play(env, guesses, row=ROW):
     return run_async(go())
 
 
-def test_env_contract():
-    assert check_env($cls(target=7, high=10), ROW, actions=["5", "8", "7"]) == 3
+def test_env_contract_on_a_held_out_row(config, load_rows):
+    row = load_rows("val")[0]  # reset, a malformed action, reset again, then the expert's actions to the end
+    assert check_env(make_env(config, row), row, actions=row["expert_actions"]) == len(row["expert_actions"])
+
+
+def test_each_rows_expert_actions_win_its_episode(config, load_rows):
+    for row in load_rows("train") + load_rows("val"):
+        results = play(make_env(config, row), row["expert_actions"], row)
+        assert results[-1].done and sum(r.reward for r in results[1:]) >= 1.0, row
+        assert len(results) - 1 == len(row["expert_actions"]), row
+
+
+def test_the_env_pays_the_reward(config, load_rows, expert_episode):
+    assert config.reward is None
+    row = load_rows("val")[0]
+    traj = expert_episode(row)
+    assert traj.final_reward == pytest.approx(sum(step.reward for step in traj.steps))
+    assert traj.success()
+
+
+# EXAMPLE: replace from here to END EXAMPLE with tests of your env's own rules (these check the example game's
+# answers, its step cap, its binary-search expert and an episode that runs out of guesses).
+ROW = {"prompt": "I am thinking of a whole number from 1 to 10."}
 
 
 def test_answers_narrow_the_range_and_every_observation_keeps_the_task():
-    first, low, high, win = play($cls(target=7, high=10), ["3", "I guess 9", "7"])
+    first, low, high, win = play($cls(target=7, high=10), ["3", "I guess 9", "7"], ROW)
     assert (low.feedback, high.feedback, win.feedback) == ("higher", "lower", "7 is correct")
     assert (low.reward, high.reward, win.reward) == (0.0, 0.0, 1.0) and win.done
     for obs in (first, low.observation, high.observation):
@@ -182,7 +214,7 @@ def test_answers_narrow_the_range_and_every_observation_keeps_the_task():
 
 
 def test_a_reply_without_a_number_is_a_wasted_turn_and_the_episode_is_cut_after_max_turns():
-    results = play($cls(target=7, high=10, max_turns=3), ["hello", "1", "2"])
+    results = play($cls(target=7, high=10, max_turns=3), ["hello", "1", "2"], ROW)
     assert results[1].feedback == "not a number" and not results[1].truncated
     assert results[-1].truncated and not results[-1].done
     assert sum(r.reward for r in results[1:]) == 0.0
@@ -195,7 +227,7 @@ def test_a_target_outside_the_range_is_refused():
 
 @pytest.mark.parametrize("high", [8, 15, 31])
 def test_the_binary_search_expert_finds_every_number_within_the_bound(high):
-    bound = math.ceil(math.log2(high + 1))
+    bound = high.bit_length()  # guesses binary search needs for 1..high: ceil(log2(high + 1))
     for target in range(1, high + 1):
         env = $cls(target=target, high=high, max_turns=bound)
 
@@ -209,33 +241,21 @@ def test_the_binary_search_expert_finds_every_number_within_the_bound(high):
         assert run_async(go()) is not None, (high, target)
 
 
-def test_each_rows_expert_actions_win_its_game(load_rows):
-    for row in load_rows("train") + load_rows("val"):
-        kwargs = row["env_kwargs"]
-        assert row["reward_model"]["ground_truth"] == kwargs["target"]
-        results = play($cls(max_turns=$max_turns, **kwargs), row["expert_actions"], row)
-        assert results[-1].done and results[-1].reward == 1.0, row
-        assert len(results) - 1 == len(row["expert_actions"]) <= $max_turns
-
-
 def test_an_episode_that_runs_out_of_guesses_earns_nothing(load_rows, expert_episode):
     row = next(r for r in load_rows("val") if len(r["expert_actions"]) > 1)
-    winning = expert_episode(row)
-    assert winning.success() and winning.termination == "done"
-    assert winning.final_reward == 1.0 and winning.num_steps == len(row["expert_actions"])
+    assert row["reward_model"]["ground_truth"] == row["env_kwargs"]["target"]
     one_guess = dict(row, env_kwargs={**row["env_kwargs"], "max_turns": 1})  # env_kwargs reach the constructor
     losing = expert_episode(one_guess)
     assert losing.termination == "truncated" and losing.num_steps == 1
     assert losing.final_reward == 0.0 and not losing.success()
+# END EXAMPLE
 '''
 
-README = '''## The task
-
-`$package/env.py` is a multi-turn `AgentEnv`: guess a whole number from `low` to `high` (8 to 20 numbers in the
-shipped games); each wrong guess is answered "higher" or "lower". Every turn the env rewrites the observation
-from its state (the task, the guesses so far, the numbers still possible), so the prompt stays short. The env pays the
-reward itself, 1.0 for finding the number (the config has `reward: null`); after `max_turns` guesses the episode
-is cut. Its `expert_action()` guesses the middle number still possible (binary search): the SFT warm start
+EXAMPLE = '''`$package/env.py` is a multi-turn `AgentEnv`: guess a whole number from `low` to `high` (8 to 20
+numbers in the shipped games); each wrong guess is answered "higher" or "lower". Every turn the env rewrites the
+observation from its state (the task, the guesses so far, the numbers still possible), so the prompt stays short.
+The env pays the reward itself, 1.0 for finding the number (the config has `reward: null`); after `max_turns`
+guesses the episode is cut. Its `expert_action()` guesses the middle number still possible (binary search): the SFT warm start
 records those episodes. Each row sets its game through `env_kwargs`, which are merged into the env's constructor
 arguments:
 
@@ -252,5 +272,5 @@ def _extra(fields: dict[str, str]) -> dict[str, str]:
     return {"max_turns": str(MAX_TURNS)}
 
 
-KIND = Kind(kind="env", component=COMPONENT, config=CONFIG, tests=TESTS, readme=README, rows=rows, extra_fields=_extra,
-            description="Guess a number, told higher or lower: a multi-turn env that pays its own reward")
+KIND = Kind(kind="env", component=COMPONENT, config=CONFIG, tests=TESTS, example=EXAMPLE, rows=rows,
+            extra_fields=_extra)

@@ -1,4 +1,5 @@
-"""The ``flow`` kind: an ``AgentEnvLoop`` subclass (constructor ``(ctx, **params)``) trained on the calculator task.
+"""The ``flow`` kind: an ``AgentEnvLoop`` subclass (constructor ``(ctx, **params)``) in the user's words, trained on
+the calculator task.
 
 The example flow runs the generic env loop, records per-episode metrics (``tool_calls``, ``answered``) and, with
 ``require_tool``, scores an answer given without any tool call as 0 by wrapping the configured reward function:
@@ -10,29 +11,24 @@ from __future__ import annotations
 
 from agentr1_core.scaffold.common import CALCULATOR_README, Kind, calculator_rows
 
-COMPONENT = '''"""$Title: the env loop plus per-episode metrics and a tool-use rule. An example: replace ``run``.
+COMPONENT = """\"\"\"$Title for agentr1: an agent flow, which turns one dataset row into one ``Trajectory``.
 
-A flow turns one dataset row into one ``Trajectory``. It is built once per episode as ``Flow(ctx, **params)``: the
-params come from the config (``agent_flow: {name: $ident, require_tool: true}``), ``ctx`` (a ``FlowContext``) holds
-the engine, tokenizer, sampling settings, env config and reward function. ``AgentEnvLoop`` builds the env, then
-alternates the model's turn (``self.act``) and ``env.step`` until the episode ends, and ``self.finish`` sets the
-episode reward; subclass ``AgentFlowBase`` instead to write the whole episode yourself.
-"""
+A flow is built once per episode as ``$cls(ctx, **params)``: the params come from the config
+(``agent_flow: {name: $ident, ...}``), ``ctx`` (a ``FlowContext``) holds the engine, tokenizer, sampling settings,
+env config and reward function. ``AgentEnvLoop`` builds the env, then alternates the model's turn (``self.act``)
+and ``env.step`` until the episode ends, and ``self.finish`` sets the episode reward; subclass ``AgentFlowBase``
+instead (``async run(row) -> Trajectory``) to write the whole episode yourself.
+\"\"\"
 
 import dataclasses
 
 from agentr1_core.flows import AgentEnvLoop
 
 
-def tool_calls(traj):
-    """How many tool calls the episode made (``ToolEnv`` counts them per step)."""
-    return sum(int(step.info.get("tool_calls", 0)) for step in traj.steps)
-
-
 class $cls(AgentEnvLoop):
-    """``AgentEnvLoop`` that records ``tool_calls`` and ``answered`` in ``traj.metrics`` (the validation line
-    prints their means) and, with ``require_tool``, scores an episode that made no tool call as 0."""
-
+    # EXAMPLE: replace from here to END EXAMPLE (the class's body and the helper after it) with your flow's. The
+    # example records ``tool_calls`` and ``answered`` in ``traj.metrics`` (the validation line prints their means)
+    # and, with ``require_tool``, scores an episode that made no tool call as 0.
     def __init__(self, ctx, max_turns: int | None = None, require_tool: bool = True) -> None:
         if require_tool and ctx.reward_fn is not None:
             reward_fn = ctx.reward_fn
@@ -50,34 +46,53 @@ class $cls(AgentEnvLoop):
         last = traj.steps[-1].action_text if traj.steps else ""
         traj.metrics["answered"] = float(traj.termination == "done" and "<answer>" in last)
         return traj
-'''
 
-CONFIG = '''# The calculator task run by the $ident flow (episode metrics; no reward without a tool call): SFT, then GRPO
-# The default run (base: default) with this flow in place of agent_env_loop and the rows shipped in this package.
-base: default
+
+def tool_calls(traj):
+    \"\"\"How many tool calls the episode made (``ToolEnv`` counts them per step).\"\"\"
+    return sum(int(step.info.get("tool_calls", 0)) for step in traj.steps)
+# END EXAMPLE
+"""
+
+CONFIG = """# $Title: SFT on expert episodes, then GRPO (minutes on a 2-core CPU)
+# Every episode of the run is played by the $ident flow. The rows ship in this package (data/).
 run_dir: runs/$name
-agent_flow: {name: $ident, require_tool: true}
+stages: [sft, rl]
 data:
   train: {name: jsonl, path: "$${package_data:$package,data/train.jsonl}"}
   val: {name: jsonl, path: "$${package_data:$package,data/val.jsonl}"}
 validation: {max_rows: 32}
-'''
+# EXAMPLE: the example plays the default run's calculator task (base: default: its model, tool env, reward and
+# sizes) with the flow's rule on tool use; set your task's env and reward, and the flow's params
+base: default
+agent_flow: {name: $ident, require_tool: true}
+# END EXAMPLE
+"""
 
-TESTS = '''"""The $ident flow: a flow the registry builds, its metrics, its tool-use rule, and the expert's episodes."""
+TESTS = """\"\"\"The $ident flow: built with the params the config sets, and the expert's episodes through it.\"\"\"
 
-from agentr1_core.config import load_config
+from agentr1_core.config import component, load_config
 from agentr1_core.flows import AgentFlowBase
 from agentr1_core.plugins import get_registry
 
 from $package.flow import $cls
 
 
-def test_a_flow_with_its_params():
+def test_a_flow_registered_with_every_param_the_config_sets(config):
     assert issubclass($cls, AgentFlowBase)
-    params = get_registry().get("agent_flow", "$ident").parameters()
-    assert {"max_turns", "require_tool"} <= set(params)
+    name, params = component(config, "agent_flow")
+    assert name == "$ident"
+    assert set(params) <= set(get_registry().get("agent_flow", "$ident").parameters())
 
 
+def test_the_expert_episodes_through_the_flow_keep_their_steps(load_rows, expert_episode):
+    for row in load_rows("val")[:8]:
+        traj = expert_episode(row)
+        assert traj.success() and [s.action_text for s in traj.steps] == row["expert_actions"]
+
+
+# EXAMPLE: replace from here to END EXAMPLE with tests of your flow's own work (these check the example's metrics,
+# its rule on tool use and an episode cut before its answer).
 def test_expert_episodes_call_the_tool_and_report_metrics(load_rows, expert_episode):
     for row in load_rows("val")[:8]:
         traj = expert_episode(row)
@@ -101,19 +116,16 @@ def test_an_episode_cut_before_its_answer(load_rows, expert_episode):
     traj = expert_episode(calls_only)
     assert traj.termination in ("truncated", "max_turns") and traj.metrics["answered"] == 0.0
     assert traj.final_reward == 0.0
-'''
+# END EXAMPLE
+"""
 
-README = '''## The task
-
-`$package/flow.py` has `$cls`, an `AgentEnvLoop` subclass built per episode as `$cls(ctx, **params)`.
+EXAMPLE = """`$package/flow.py` has `$cls`, an `AgentEnvLoop` subclass built per episode as `$cls(ctx, **params)`.
 It runs the env loop, records `tool_calls` and `answered` in `traj.metrics` (the validation line prints their
 means, the episode logs keep them) and, with `require_tool: true`, scores an answer given without any tool call
-as 0 by wrapping the configured reward function. Subclass `AgentFlowBase` instead (implement
-`async run(row) -> Trajectory`) to write the whole episode yourself.
+as 0 by wrapping the configured reward function.
 
-$calculator_readme'''
+$calculator_readme"""
 
-KIND = Kind(kind="flow", component=COMPONENT, config=CONFIG, tests=TESTS, readme=README, rows=calculator_rows,
+KIND = Kind(kind="flow", component=COMPONENT, config=CONFIG, tests=TESTS, example=EXAMPLE, rows=calculator_rows,
             registry_kind="agent_flow",
-            extra_fields=lambda fields: {"calculator_readme": CALCULATOR_README},
-            description="The env loop with per-episode metrics and no reward for an answer without a tool call")
+            extra_fields=lambda fields: {"calculator_readme": CALCULATOR_README})

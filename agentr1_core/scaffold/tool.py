@@ -1,9 +1,9 @@
-"""The ``tool`` kind: a unit-conversion tool with a lookup table, and questions whose answer needs it.
+"""The ``tool`` kind: a tool in the user's words, with a unit-conversion example, and questions whose answer needs it.
 
-A small model cannot convert 37 furlongs to meters in its head, but it can learn to call the tool with the value and
-the two units copied from the question, then copy the result into ``<answer>...</answer>`` (``answer_match``). The
-rows' ground truths are computed by the generated tool module itself (its source is executed here), so the data and
-the tool cannot disagree.
+The example is a tool a small model cannot replace with its own guess: it converts 37 furlongs to meters with a
+lookup table, and the model learns to call it with the value and the two units copied from the question, then to
+copy the result into ``<answer>...</answer>`` (``answer_match``). The rows' ground truths are computed by the
+generated tool module itself (its source is executed here), so the data and the tool cannot disagree.
 """
 
 from __future__ import annotations
@@ -78,15 +78,45 @@ def rows(fields: dict[str, str]) -> tuple[Rows, Rows]:
     return out[:200], out[200:]
 
 
-COMPONENT = '''"""$Title: converts a quantity between units with a lookup table. An example: replace ``convert`` and the
-schema with your tool's work (``execute`` may also return a ``ToolResult`` to pay a per-call reward)."""
+COMPONENT = '''"""$Title for agentr1: a tool the model calls by name, with JSON arguments, during an episode.
+
+A tool declares ``name`` (what the model calls and what a config lists in ``env.tools``), ``description`` and
+``parameters`` (a JSON schema; both are shown to the model) and ``async execute(**arguments)``, which returns text
+(or a ``ToolResult`` to pay a per-call reward). An exception, arguments the schema does not allow and a call that
+runs past ``timeout`` seconds reach the model as an error observation; the run goes on.
+"""
 
 from agentr1_core.tools import BaseTool
+
+
+class $cls(BaseTool):
+    name = "$ident"
+
+    def __init__(self, timeout: float = 5.0) -> None:
+        self.timeout = timeout
+
+    # EXAMPLE: replace from here to END EXAMPLE (description, parameters, execute and the helpers after the class)
+    # with your tool's own. The example converts a quantity between units of length, mass or volume with a table.
+    description = "Convert a quantity from one unit to another (length, mass or volume)"
+    parameters = {
+        "type": "object",
+        "properties": {
+            "value": {"type": "number", "description": "the quantity, e.g. 37"},
+            "from_unit": {"type": "string", "description": "its unit, singular or plural, e.g. furlongs"},
+            "to_unit": {"type": "string", "description": "the unit wanted, e.g. meters"},
+        },
+        "required": ["value", "from_unit", "to_unit"],
+    }
+
+    async def execute(self, value, from_unit, to_unit):
+        return convert(value, from_unit, to_unit)  # a ValueError reaches the model as an error observation
+
 
 # One unit's size in its dimension's base unit (meter, gram, liter).
 UNITS = $units
 PLURALS = $plurals  # plurals that are not name + "s"
 SINGULAR = {plural: unit for unit, plural in PLURALS.items()}
+_ALL = {unit for table in UNITS.values() for unit in table}
 
 
 def find_unit(word):
@@ -97,9 +127,6 @@ def find_unit(word):
         if key in table:
             return dimension, table[key]
     raise ValueError(f"unknown unit {word!r}; known: {', '.join(sorted(_ALL))}")
-
-
-_ALL = {unit for table in UNITS.values() for unit in table}
 
 
 def format_number(number):
@@ -115,31 +142,12 @@ def convert(value, from_unit, to_unit):
     if source != target:
         raise ValueError(f"cannot convert {source} ({from_unit}) to {target} ({to_unit})")
     return format_number(float(value) * size / target_size)
-
-
-class $cls(BaseTool):
-    name = "$ident"
-    description = "Convert a quantity from one unit to another (length, mass or volume)"
-    parameters = {
-        "type": "object",
-        "properties": {
-            "value": {"type": "number", "description": "the quantity, e.g. 37"},
-            "from_unit": {"type": "string", "description": "its unit, singular or plural, e.g. furlongs"},
-            "to_unit": {"type": "string", "description": "the unit wanted, e.g. meters"},
-        },
-        "required": ["value", "from_unit", "to_unit"],
-    }
-
-    def __init__(self, timeout: float = 5.0) -> None:
-        self.timeout = timeout
-
-    async def execute(self, value, from_unit, to_unit):
-        return convert(value, from_unit, to_unit)  # a ValueError reaches the model as an error observation
+# END EXAMPLE
 '''
 
-CONFIG = '''# The $ident tool on unit conversions: SFT on expert episodes, then GRPO (minutes on a 2-core CPU)
-# SmolLM2-135M-Instruct learns to call the $ident tool with the value and both units of the question, then to
-# answer <answer>NUMBER</answer> with the tool's result. The question rows ship in this package (data/*.jsonl).
+CONFIG = '''# $Title: SFT on expert episodes, then GRPO (minutes on a 2-core CPU)
+# SmolLM2-135M-Instruct learns to call the $ident tool, then to reply <answer>...</answer>, which answer_match
+# compares with each row's reward_model.ground_truth. The rows ship in this package (data/).
 seed: 0
 run_dir: runs/$name
 stages: [sft, rl]
@@ -149,9 +157,11 @@ env:
   name: tool_env
   tools: [$ident]
   tool_format: hermes
+  # EXAMPLE: replace the system prompt with your task's: what the model is asked, how to use the tool, the answer
   system_prompt: >-
     Answer the user's unit conversion question. First call the $ident tool with the value and the two units,
     then reply with only the result as <answer>NUMBER</answer>.
+  # END EXAMPLE
   max_turns: 3
 agent_flow: {name: agent_env_loop}
 reward: {name: answer_match}
@@ -166,61 +176,84 @@ trainer: {name: local, total_steps: 6, lr: 2.0e-5, micro_batch_size: 8, micro_ba
           train_layers: 10}
 '''
 
-TESTS = '''"""The $ident tool: its contract, its conversions, its errors, and rows whose answer needs it."""
+TESTS = '''"""The $ident tool: its contract, and the calls of it in the expert's turns of every row."""
 
 import json
 import re
 
-import pytest
-
 from agentr1_core.testing import check_tool, run_async
 from agentr1_core.tools import call_tool
 
-from $package.tool import $cls, convert
+from $package.tool import $cls
+
+CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)  # the hermes format of the config (env.tool_format)
 
 
-def test_tool_contract_and_one_call():
-    result = check_tool($cls(), {"value": 3, "from_unit": "foot", "to_unit": "inch"})
-    assert result.text == "36"
+def expert_calls(row):
+    """The arguments of each call of this tool in the row's ``expert_actions``."""
+    calls = [json.loads(found) for action in row.get("expert_actions", []) for found in CALL.findall(action)]
+    return [call["arguments"] for call in calls if call["name"] == "$ident"]
 
 
-@pytest.mark.parametrize("value,source,target,expected", [
-    (1, "mile", "meter", "1609.34"), (3, "feet", "inches", "36"), (2, "Pounds", "ounces", "32"),
-    (5, "liters", "milliliter", "5000"), (10, "centimeters", "inches", "3.94"),
-])
-def test_conversions(value, source, target, expected):
-    assert convert(value, source, target) == expected
+def test_the_config_gives_the_model_this_tool(config):
+    assert "$ident" in [t if isinstance(t, str) else t["name"] for t in config.env.tools]
+
+
+def test_tool_contract_on_an_experts_call(load_rows):
+    arguments = next(call for row in load_rows("val") for call in expert_calls(row))
+    result = check_tool($cls(), arguments)  # the schema, errors for bad arguments, and this call succeeding
+    assert result.text.strip()
+
+
+def test_every_expert_call_in_the_rows_succeeds(load_rows):
+    for row in load_rows("train") + load_rows("val"):
+        for arguments in expert_calls(row):
+            result = run_async(call_tool($cls(), arguments))
+            assert result.error is None, (row["prompt"], arguments, result.text)
+
+
+def test_the_expert_episode_calls_the_tool_and_an_answer_without_it_fails(load_rows, expert_episode):
+    row = next(r for r in load_rows("val") if expert_calls(r))
+    traj = expert_episode(row)
+    assert sum(step.info.get("tool_calls", 0) for step in traj.steps) == len(expert_calls(row))
+    assert not any(step.info.get("tool_errors") for step in traj.steps) and traj.success()
+    without_tool = dict(row, expert_actions=["<answer>an answer without the tool</answer>"])
+    assert expert_episode(without_tool).final_reward == 0.0
+
+
+# EXAMPLE: replace from here to END EXAMPLE with tests of your tool's own work (these check the example's unit
+# conversions, its errors, and that each row's answer is what the tool returns for the expert's call).
+def converted(value, from_unit, to_unit):
+    return run_async(call_tool($cls(), {"value": value, "from_unit": from_unit, "to_unit": to_unit}))
+
+
+def test_conversions():
+    for value, source, target, expected in [
+        (1, "mile", "meter", "1609.34"), (3, "feet", "inches", "36"), (2, "Pounds", "ounces", "32"),
+        (5, "liters", "milliliter", "5000"), (10, "centimeters", "inches", "3.94"),
+        (37, "furlongs", "meters", "7443.22"),
+    ]:
+        assert converted(value, source, target).text == expected, (value, source, target)
 
 
 def test_a_bad_unit_is_an_error_result_for_the_model():
-    unknown = run_async(call_tool($cls(), {"value": 1, "from_unit": "parsec", "to_unit": "meter"}))
+    unknown = converted(1, "parsec", "meter")
     assert unknown.error == "exception" and "unknown unit" in unknown.text
-    mixed = run_async(call_tool($cls(), {"value": 1, "from_unit": "meter", "to_unit": "gram"}))
+    mixed = converted(1, "meter", "gram")
     assert mixed.error == "exception" and "cannot convert" in mixed.text
 
 
 def test_each_answer_is_the_tools_result_for_the_experts_call(load_rows):
     for row in load_rows("train") + load_rows("val"):
-        call = json.loads(re.fullmatch(r"<tool_call>(.*)</tool_call>", row["expert_actions"][0]).group(1))
-        assert call["name"] == "$ident"
+        (arguments,) = expert_calls(row)
         truth = row["reward_model"]["ground_truth"]
-        assert convert(**call["arguments"]) == truth
+        assert converted(**arguments).text == truth
         assert row["expert_actions"][1] == f"<answer>{truth}</answer>"
-        assert str(call["arguments"]["value"]) in row["prompt"]
-
-
-def test_the_expert_episode_calls_the_tool_and_wrong_answers_fail(load_rows, expert_episode):
-    row = load_rows("val")[0]
-    traj = expert_episode(row)
-    assert traj.steps[0].info["tool_calls"] == 1 and not traj.steps[0].info["tool_errors"]
-    assert row["reward_model"]["ground_truth"] in traj.steps[0].feedback
-    guessed = dict(row, expert_actions=["<answer>-1</answer>"])  # no tool call, a wrong number
-    assert expert_episode(guessed).final_reward == 0.0
+        assert str(arguments["value"]) in row["prompt"]
+# END EXAMPLE
 '''
 
-README = '''## The task
-
-`$package/tool.py` converts a quantity between units of length, mass or volume with a lookup table
+EXAMPLE = '''`$package/tool.py` converts a quantity between units of length, mass or volume with a lookup table
 (`convert(37, "furlongs", "meters") == "7443.22"`); an unknown unit or a length-to-mass request raises, which the
 model sees as an error observation. Each row is a question such as "How many meters are in 37 furlongs?";
 its `expert_actions` are one hermes tool call (on one line in the rows) and the answer:
@@ -232,5 +265,5 @@ its `expert_actions` are one hermes tool call (on one line in the rows) and the 
 The reward is `answer_match`: 1 when the last turn's `<answer>` equals `reward_model.ground_truth`.
 '''
 
-KIND = Kind(kind="tool", component=COMPONENT, config=CONFIG, tests=TESTS, readme=README, rows=rows, extra_fields=_extra,
-            description="Unit conversion (length, mass, volume) with a lookup table")
+KIND = Kind(kind="tool", component=COMPONENT, config=CONFIG, tests=TESTS, example=EXAMPLE, rows=rows,
+            extra_fields=_extra)
