@@ -32,7 +32,9 @@ from omegaconf import OmegaConf
 from agentr1_core.config import ConfigError, component
 from agentr1_core.lifecycle.checkpoint import check_run_dir
 from agentr1_core.lifecycle.episode_errors import check_expert_steps, report_episode_errors
-from agentr1_core.lifecycle.memory import PhasePeaks, account, account_line, child_processes_mb, rss_mb
+from agentr1_core.lifecycle.memory import (
+    PhasePeaks, account, account_line, child_processes_mb, device_account, rss_mb,
+)
 from agentr1_core.lifecycle.metrics import (
     MetricsLogger, console_line, truncate_metrics, write_episodes, write_train_episodes,
 )
@@ -304,14 +306,25 @@ class TrainingLoop:
             if peak is not None and peak >= self.phase_accounts.get(phase, (-1.0, {}))[0]:
                 self.phase_accounts[phase] = (peak, dict(parts))
         out = {f"memory/{p}_peak_mb": self.peaks.last[p] for p in phases if p in self.peaks.last}
+        for phase in phases:  # on CUDA: the device's peaks of the phase
+            for key, mb in self.peaks.device_last.get(phase, {}).items():
+                out[f"memory/{phase}_device_{key}_mb"] = mb
         out.update({f"memory/{k}_mb": v for k, v in parts.items()})
         return out
 
-    def memory_account(self) -> dict[str, dict[str, float]]:
+    def parts_on_device(self) -> bool:
+        """Whether the tensors the backend measures live on an accelerator (``model.device`` cuda): then they are
+        no part of the host's resident set."""
+        return not str(getattr(self.backend, "device", "cpu")).startswith("cpu")
+
+    def memory_account(self) -> dict[str, dict[str, Any]]:
         """Each phase's highest peak, laid out by the parts measured after it (``lifecycle.memory.account``). The
         engine's KV buffers and its prefix cache count in the generating phases only (the idle engine frees both
-        once the model trains), gradients and activations in the training phases only."""
+        once the model trains), gradients and activations in the training phases only. When they live on an
+        accelerator the host's peak is laid out as baseline + unexplained, and ``device`` beside it holds the
+        device's peaks of the phase and those tensors (``lifecycle.memory.device_account``)."""
         out = {}
+        on_device = self.parts_on_device()
         engine_parts = ("kv_peak", "prefix_cache")
         training_parts = ("gradients", "activations")
         for phase, peak in self.peaks.highest.items():
@@ -320,9 +333,12 @@ class TrainingLoop:
             parts = {k: v for k, v in measured.items()
                      if (k not in engine_parts or generating) and (k not in training_parts or not generating)}
             children = parts.pop("child_processes", 0.0)  # beside this process: not part of its peak
-            out[phase] = account(parts, peak, self.baseline_mb)
+            out[phase] = account({} if on_device else parts, peak, self.baseline_mb)
             if children:
                 out[phase]["child_processes"] = round(children, 1)
+            device_peaks = self.peaks.device_highest.get(phase)
+            if on_device or device_peaks:
+                out[phase]["device"] = device_account(device_peaks, parts if on_device else {})
         return out
 
     def _call_back(self, name: str, *args: Any) -> None:

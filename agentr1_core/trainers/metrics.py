@@ -15,8 +15,8 @@ from agentr1_core.mdp import Trajectory
 
 
 def peak_rss_mb() -> float:
-    """Peak resident memory of this process in MiB, since it started (``lifecycle.memory`` resets the kernel's
-    mark per phase and keeps the overall peak)."""
+    """Peak resident memory of the run in MiB, since it started: the figure ``/usr/bin/time -v`` reports
+    (``lifecycle.memory.overall_peak_mb``)."""
     return overall_peak_mb()
 
 
