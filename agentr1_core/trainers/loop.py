@@ -4,7 +4,8 @@
 
 1. check the run directory, seed, build the datasets (once) and the algorithm;
 2. ``backend.build``; resume from the newest checkpoint when ``trainer.resume=auto``;
-3. validate (``before_sft`` / ``before_rl``) -> SFT on expert episodes -> validate (``after_sft``) -> RL iterations
+3. validate (``before_sft`` / ``before_rl``) -> SFT on expert episodes -> validate (``after_sft``; a warm start that
+   did not take is said out loud: ``lifecycle.warm_start``) -> RL iterations
    (rollout -> step rows -> ``backend.rl_update`` -> ``backend.publish_weights``), validating every
    ``validation.every`` iterations -> validate (``after_rl``);
 4. a checkpoint every ``trainer.checkpoint_every`` iterations and at the end (0: only at the end, < 0: never); the
@@ -30,6 +31,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from agentr1_core.config import ConfigError, component
+from agentr1_core.lifecycle import warm_start
 from agentr1_core.lifecycle.checkpoint import check_run_dir
 from agentr1_core.lifecycle.episode_errors import check_expert_steps, report_episode_errors
 from agentr1_core.lifecycle.memory import (
@@ -365,7 +367,10 @@ class TrainingLoop:
             self.validate("before_sft" if "sft" in stages else "before_rl")
         if "sft" in stages and "sft" not in self.history:
             self.run_sft()
-            self.validate("after_sft")
+            hint = warm_start.advice(self.history.get("sft"), self.validate("after_sft"), self.cfg,
+                                     len(self.train_rows))
+            if hint:  # no held-out success and the demonstrations not learnt: say what to try, then go on
+                print(hint, flush=True)
             self._call_back("on_stage_end", "sft")
         if "rl" in stages:
             self.backend.start_rl(after_sft="sft" in self.history)
