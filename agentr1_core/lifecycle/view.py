@@ -11,7 +11,8 @@ What it builds:
 * ``tasks``: the held-out tasks side by side, aligned across validation stages by ``task_id`` (the dataset row's own
   id or a hash of its prompt, see ``rollout.driver.task_id``; older episode files without one are aligned by a hash
   of their data source and task text), each with the episodes it had at every stage; ``flipped`` picks those whose
-  success went up or down between two stages.
+  success went up or down between two stages; ``first_episode`` is the one the page opens with (the first task
+  that changed between stages, else the first episode).
 * ``episodes``: every episode, compact, with ``tags`` (termination, tool error kinds, reward error) for filtering.
   A step's prompt is stored as line operations against the previous step's prompt plus its response
   (``line_diff``), so what the env changed between two turns is explicit, and an append-only context costs its new
@@ -332,6 +333,30 @@ def flipped(tasks: list[dict[str, Any]], stages: list[str], a: str, b: str, dire
     return out
 
 
+def first_episode(tasks: list[dict[str, Any]], stages: list[str],
+                  episodes: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The episode the page opens with: ``{"episode": index, "why": text}``. The first held-out task (in table
+    order) whose success share differs between the first and the last stage, at the last stage; else the first
+    whose share changed between two stages in a row, at the later one; else the first episode. None when there is
+    no episode."""
+    for t in tasks:
+        first, last = t["share"][0], t["share"][-1]
+        if first is not None and last is not None and first != last:
+            word = "failure → success" if last > first else "success → failure"
+            return {"episode": t["eps"][-1][0], "why": f"the first held-out task that changed ({word}) between "
+                                                       f"{stages[0]} and {stages[-1]}"}
+    for t in tasks:
+        seen = [(i, x) for i, x in enumerate(t["share"]) if x is not None]
+        for (i, x), (j, y) in zip(seen, seen[1:]):
+            if x != y:
+                word = "failure → success" if y > x else "success → failure"
+                return {"episode": t["eps"][j][0], "why": f"the first held-out task that changed ({word}), "
+                                                          f"{stages[i]} to {stages[j]}"}
+    if not episodes:
+        return None
+    return {"episode": 0, "why": "the first episode: no held-out task changed between stages"}
+
+
 # -- one run or report ----------------------------------------------------------------------------------------------
 def _episode_sets(path: Path) -> tuple[str, list[tuple[str, Path]], list[tuple[str, Path]]]:
     """(kind, validation sets, training sets) of a run directory or an eval report: ``[(stage, file), ...]``."""
@@ -384,8 +409,9 @@ def build_view(path: str | Path) -> dict[str, Any]:
         config["rows"] = [[f"eval.{k}", report[k]] for k in ("checkpoint", "iteration", "model_path", "n_per_row",
                                                               "temperature") if report.get(k) is not None] + \
             config["rows"]
+    tasks = align_tasks(episodes, stages)
     return {"kind": kind, "title": (path.resolve().name or str(path)), "source": str(path), "config": config,
             "curves": curves(records), "validation": validation, "stages": stages,
-            "train_stages": [stage for stage, _ in train_sets], "tasks": align_tasks(episodes, stages),
-            "episodes": episodes, "strings": strings.items,
+            "train_stages": [stage for stage, _ in train_sets], "tasks": tasks,
+            "start": first_episode(tasks, stages, episodes), "episodes": episodes, "strings": strings.items,
             "wall_seconds": summary.get("wall_seconds") if isinstance(summary, dict) else None}

@@ -1,6 +1,7 @@
 // The page of `agentr1-core view`: renders the JSON embedded in #view-data (built by agentr1_core/lifecycle/view.py).
 // Every text that comes from a run (model output, tool output, tasks, config) goes into the page through text
-// nodes, never as markup. Tables are paged (50 rows) and an episode is rendered only when it is opened.
+// nodes, never as markup. Tables are paged (50 rows) and an episode is rendered only when it is opened. Every episode
+// has its own link, #episode-N; without one the page opens D.start (the first held-out task that changed).
 (function () {
   "use strict";
   var D = JSON.parse(document.getElementById("view-data").textContent);
@@ -228,8 +229,8 @@
           var wins = ids.filter(function (i) { return byIndex[i].ok; }).length;
           var mark = ids.length === 1 ? (wins ? "✓" : "✗") : wins + "/" + ids.length;
           var cls = wins === ids.length ? "ok" : wins ? "mid" : "fail";
-          return el("td", {class: "cell " + cls, title: D.stages[si] + ": " + byIndex[ids[0]].term,
-                           onclick: function () { openEpisode(ids[0]); }}, mark);
+          return el("td", {class: "cell " + cls, title: D.stages[si] + ": " + byIndex[ids[0]].term + " (#episode-" + ids[0] + ")",
+                           onclick: function (ev) { if (!linkClicked(ev)) openEpisode(ids[0]); }}, episodeLink(ids[0], mark));
         })));
     });
     var count = document.getElementById("task-count") || el("span", {id: "task-count", class: "count"});
@@ -263,12 +264,12 @@
     var table = clear(document.getElementById("episodes"));
     var shown = D.episodes.filter(episodeMatches), pages = Math.max(1, Math.ceil(shown.length / PAGE));
     epPage = Math.min(epPage, pages - 1);
-    add(table, el("tr", null, ["#", "stage", "task", "data source", "reward", "outcome", "ended", "steps"].map(function (h) {
+    add(table, el("tr", null, ["link", "stage", "task", "data source", "reward", "outcome", "ended", "steps"].map(function (h) {
       return el("th", null, h);
     })));
     shown.slice(epPage * PAGE, (epPage + 1) * PAGE).forEach(function (e) {
-      add(table, el("tr", {class: "ep-row", "data-episode": e.i, onclick: function () { openEpisode(e.i); }},
-        el("td", {class: "num"}, e.i), el("td", null, e.stage), el("td", null, short(txt(e.task), 80)), el("td", null, e.ds),
+      add(table, el("tr", {class: "ep-row", "data-episode": e.i, onclick: function (ev) { if (!linkClicked(ev)) openEpisode(e.i); }},
+        el("td", null, episodeLink(e.i, "#episode-" + e.i)), el("td", null, e.stage), el("td", null, short(txt(e.task), 80)), el("td", null, e.ds),
         el("td", {class: "num"}, fmt(e.reward)), el("td", {class: e.ok ? "ok" : "fail"}, e.ok ? "success" : "failure"),
         el("td", null, tagList(e.tags)), el("td", {class: "num"}, e.steps.length)));
     });
@@ -299,16 +300,20 @@
           el("td", {class: c.error ? "fail" : "dim"}, c.error || "-"));
       }));
   }
+  function episodeLink(i, text) { return el("a", {class: "ep-link", href: "#episode-" + i}, text); }
+  function linkClicked(ev) { return !!(ev.target.closest && ev.target.closest("a")); }  // the link opens it
   function openEpisode(i) {
     if (location.hash !== "#episode-" + i) location.hash = "episode-" + i; else showEpisode(i);
   }
-  function showEpisode(i) {
+  function showEpisode(i, why) {  // why: the page opened it by itself (not scrolled to), and why this one
     var e = byIndex[i], box = clear(document.getElementById("episode"));
     if (!e) { add(box, el("p", {class: "empty"}, "no episode " + i)); return; }
     Array.prototype.forEach.call(document.querySelectorAll("tr.current"), function (r) { r.classList.remove("current"); });
     var row = document.querySelector('tr.ep-row[data-episode="' + i + '"]'); if (row) row.classList.add("current");
     var same = D.episodes.filter(function (o) { return o.tid === e.tid && o.i !== e.i && D.stages.indexOf(o.stage) >= 0; });
-    add(box, [el("div", {class: "meta", id: "episode-head"},
+    add(box, [why ? el("div", {class: "meta", id: "episode-why"}, "Opened with " + why + ". Any episode opens from its link, "
+        + "#episode-N (the tables' links, shareable).") : null,
+      el("div", {class: "meta", id: "episode-head"}, episodeLink(i, "#episode-" + i), " · ",
         el("b", null, e.stage), " · ", e.uid || "", " · task " + e.tid + " · " + e.ds + " · reward " + fmt(e.reward) + " · ",
         el("span", {class: e.ok ? "ok" : "fail"}, e.ok ? "success" : "failure"), " · ended: ", tagList(e.tags)),
       same.length ? el("div", {class: "meta"}, "same task at: ", same.map(function (o) {
@@ -344,16 +349,17 @@
           s.f ? [el("div", null, el("b", null, "env feedback")), el("pre", {class: "feedback"}, s.f)] : null));
       prev = seen(prompt, s);
     });
-    document.getElementById("episode-section").scrollIntoView();
+    if (!why) document.getElementById("episode-section").scrollIntoView();
   }
-  function route() {
+  function route(loading) {  // a section's anchor leaves the episode shown; a page opened without #episode-N shows D.start
     var m = /^#episode-(\d+)$/.exec(location.hash);
     if (m) showEpisode(+m[1]);
+    else if (loading === true && D.start) showEpisode(D.start.episode, D.start.why);
   }
 
   renderHeader(); renderConfig(); renderCurves(); renderStages();
   taskFilters(); renderTasks(); episodeFilters(); renderEpisodes();
   window.addEventListener("hashchange", route);
-  route();
+  route(true);
   document.body.setAttribute("data-ready", "1");
 })();

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from agentr1_core.cli import main
 from agentr1_core.lifecycle.metrics import episode_record, write_train_episodes
 from agentr1_core.lifecycle.view import (
-    apply_diff, build_view, flipped, line_diff, lines, prompt_text, render_messages, seen_text,
+    apply_diff, build_view, first_episode, flipped, line_diff, lines, prompt_text, render_messages, seen_text,
 )
 from agentr1_core.lifecycle.view_page import embed_json, render_page, write_view
 from agentr1_core.mdp import Observation, Step, Trajectory
@@ -115,6 +115,25 @@ def test_flipped_tasks_between_two_stages(tmp_path):
     assert sorted(flipped(tasks, stages, "before_sft", "after_rl", "changed")) == ["a", "b"]
     assert flipped(tasks, stages, "after_sft", "after_rl", "changed") == []
     assert flipped(tasks, stages, "before_sft", "after_sft", "down") == ["b"]  # d has no after_sft episode: left out
+
+
+def test_the_page_opens_the_first_task_that_changed_else_the_first_episode(tmp_path):
+    view = build_view(make_run(tmp_path))
+    # task a (first in the table) failed before SFT and succeeds after RL: its after_rl episode, number 9
+    assert view["start"]["episode"] == 9
+    assert view["episodes"][9]["tid"] == "a" and view["episodes"][9]["stage"] == "after_rl"
+    assert "failure → success" in view["start"]["why"] and "before_sft and after_rl" in view["start"]["why"]
+    tasks, stages = view["tasks"], view["stages"]
+    b_first = [t for t in tasks if t["id"] == "b"] + [t for t in tasks if t["id"] != "b"]
+    assert first_episode(b_first, stages, view["episodes"])["episode"] == 8  # b after RL: success -> failure
+    assert "success → failure" in first_episode(b_first, stages, view["episodes"])["why"]
+    # the first and the last stage agree but a stage between differs: the first change, at its later stage
+    wobble = [{"id": "w", "share": [0.0, 1.0, 0.0], "eps": [[20], [21], [22]]}]
+    assert first_episode(wobble, stages, view["episodes"]) == {
+        "episode": 21, "why": "the first held-out task that changed (failure → success), before_sft to after_sft"}
+    unchanged = [t for t in tasks if t["id"] in ("c", "d")]
+    assert first_episode(unchanged, stages, view["episodes"])["episode"] == 0
+    assert first_episode([], [], []) is None
 
 
 def test_tags_curves_validation_table_and_config(tmp_path):
@@ -351,6 +370,20 @@ def test_the_page_in_a_browser_renders_filters_and_shows_model_output_as_text(br
     assert d.find_element("id", "episode-count").text == "12 episodes"
     assert d.find_element("id", "file-size").text.startswith("this file: ")
     assert _count(d, "#tasks tr.task-row") == 4 and _count(d, "#episodes tr.ep-row") == 12
+    # opened without #episode-N: task a after RL (it went from failure to success), the page left at its top
+    assert "after_rl" in d.find_element("id", "episode-head").text and "task a" in d.find_element(
+        "id", "episode-task").text
+    assert "changed (failure → success)" in d.find_element("id", "episode-why").text
+    assert d.execute_script("return window.scrollY") == 0
+    # every row carries its episode's link; the tasks table's cells are links too
+    links = [a.get_attribute("href").split("#")[1] for a in d.find_elements("css selector", "#episodes tr.ep-row a")]
+    assert links == [f"episode-{i}" for i in range(12)]
+    assert d.find_element("css selector", '#episodes tr.ep-row[data-episode="3"] a').text == "#episode-3"
+    cell = d.find_element("css selector", '#tasks tr.task-row[data-task="b"] td.cell:last-child a')
+    assert cell.get_attribute("href").endswith("#episode-8")
+    d.find_element("css selector", '#episodes tr.ep-row[data-episode="3"] a').click()
+    assert d.execute_script("return location.hash") == "#episode-3"
+    assert "before_sft" in d.find_element("id", "episode-head").text and _count(d, "#episode-why") == 0
     _choose(d, "task-change", "up")
     assert [r.get_attribute("data-task") for r in d.find_elements("css selector", "#tasks tr.task-row")] == ["a"]
     _choose(d, "task-change", "down")
