@@ -1,6 +1,6 @@
 """The one metrics path of a run: ``metrics.jsonl`` (one JSON object per record), TensorBoard scalars, W&B when
 installed and asked for (``AGENTR1_WANDB_PROJECT`` or ``wandb_project``), and the one readable console line per
-iteration.
+iteration (followed by ``console_notes``: a skipped update, an engine that disagrees with the trainer).
 
 Records are what the trainer produces: one per RL iteration (flat keys such as ``reward_mean``, ``loss``, with small
 dicts for ``terminations`` and ``tool_errors``) plus ``event`` records (``validation``, ``sft``). Non-finite floats
@@ -152,8 +152,7 @@ def _step_record(s: Any, tools: Any) -> dict[str, Any]:
                               "done": bool(s.done), "truncated": bool(s.truncated),
                               "prompt_tokens": len(s.prompt_ids), "response_tokens": len(s.response_ids),
                               **_prompt(s.observation)}
-    if s.policy_version:
-        record["policy_version"] = int(s.policy_version)  # weights after this many RL updates sampled it
+    record["policy_version"] = int(s.policy_version or 0)  # weights after this many RL updates sampled it
     if s.observation is not None and s.observation.tools and s.observation.tools != tools:
         record["tools"] = s.observation.tools  # the schemas the chat template showed, where they change
     for key in ("finish_reason", "calls", "answer"):
@@ -166,7 +165,8 @@ def episode_record(t: Any) -> dict[str, Any]:
     """What ``episodes/<label>.jsonl`` keeps of one episode: its task and ``task_id`` (the same dataset row has the
     same id in every validation), reward (the episode's reward, by the rule of ``AgentFlowBase.finish``), success,
     termination, metrics, steps (prompt messages, action, parsed tool calls, feedback, reward, done/truncated, token
-    counts, tool errors), and the full traceback of an env, engine or reward error."""
+    counts, tool errors, ``policy_version``: the RL updates the sampling weights had seen), and the full traceback of
+    an env, engine or reward error."""
     first = t.steps[0].observation if t.steps else None
     steps, tools = [], None
     for s in t.steps:
@@ -240,6 +240,22 @@ def _counts(counts: Any) -> str:
     if not isinstance(counts, dict) or not counts:
         return ""
     return ",".join(f"{k}:{v}" for k, v in sorted(counts.items()))
+
+
+def console_notes(m: dict[str, Any]) -> list[str]:
+    """Lines printed after an iteration's line when it did something a user must know of: an update skipped because
+    no row carries a gradient, and an engine whose sampling log-probs disagree with the trainer's past the limits of
+    ``algorithms.mismatch``."""
+    from agentr1_core.algorithms.mismatch import mismatch_warning
+
+    notes = []
+    if m.get("update_skipped"):
+        notes.append("[update] skipped: no row carries a gradient (every advantage is 0, e.g. every episode of each "
+                     "group scored the same); the optimizer did not step and the weights are unchanged")
+    warning = mismatch_warning(m)
+    if warning:
+        notes.append(warning)
+    return notes
 
 
 def console_line(m: dict[str, Any], total: int) -> str:

@@ -38,7 +38,7 @@ from agentr1_core.lifecycle.memory import (
     PhasePeaks, account, account_line, child_processes_mb, device_account, rss_mb,
 )
 from agentr1_core.lifecycle.metrics import (
-    MetricsLogger, console_line, truncate_metrics, write_episodes, write_train_episodes,
+    MetricsLogger, console_line, console_notes, truncate_metrics, write_episodes, write_train_episodes,
 )
 from agentr1_core.preflight import take_rows
 from agentr1_core.rollout.base import SamplingParams
@@ -47,7 +47,7 @@ from agentr1_core.trainers.batching import trajectories_to_rows
 from agentr1_core.trainers.metrics import (
     episode_metric_means, expert_problems, peak_rss_mb, rollout_metrics, validation_metrics,
 )
-from agentr1_core.trainers.pipeline import InlineRollouts, PipelinedRollouts, staleness_metrics
+from agentr1_core.trainers.pipeline import InlineRollouts, PipelinedRollouts, staleness_metrics, tag_versions
 from agentr1_core.trainers.seeding import seed_everything
 from agentr1_core.validation import STAGES
 
@@ -210,6 +210,7 @@ class TrainingLoop:
         with self.peaks.phase("validation"):
             trajs, seconds = self.rollout(self.val_rows, int(self.cfg.validation.n), self.val_sampling,
                                           desc=f"validate ({label})", prefix=f"val-{label}-")
+        tag_versions(trajs, self.iteration)  # validation samples the trainer's weights, after this many RL updates
         result = validation_metrics(trajs)
         result.update(label=label, seconds=seconds, iteration=self.iteration, peak_rss_mb=peak_rss_mb(),
                       **self.memory_metrics(("validation",)))
@@ -265,10 +266,10 @@ class TrainingLoop:
                                    **rollout_metrics(trajs, batch.seconds)}
         report_episode_errors(self, trajs, f"iteration {self.iteration}", metrics)
         write_train_episodes(self.run_dir, self.iteration, trajs, int(cfg.trainer.keep_train_episodes))
+        metrics.update(batch.metrics)  # what the rollout's producer measured (a pipeline's counters and waits)
         if source.max_staleness > 0:
             trajs, ages = staleness_metrics(trajs, self.iteration - 1, source.max_staleness)
             metrics.update(ages)
-            metrics.update(batch.metrics)
             metrics["async/policy_version"] = batch.version
         steps = trajectories_to_rows(trajs)
         metrics.update(train_steps=len(steps.rows), nonfinite_logprob_steps=steps.nonfinite_logprob_steps)
@@ -285,8 +286,13 @@ class TrainingLoop:
                 metrics["validation"] = self.validate(f"iter{self.iteration}")
         metrics["iteration_seconds"] = time.perf_counter() - started
         metrics["peak_rss_mb"] = peak_rss_mb()
+        # iterations whose update was skipped because no row carried a gradient, over the whole run
+        self.history["skipped_updates"] = int(self.history.get("skipped_updates", 0)) + int(
+            bool(metrics.get("update_skipped")))
         self.writer.write(metrics)
         print(console_line(metrics, total), flush=True)
+        for note in console_notes(metrics):
+            print(note, flush=True)
         if self.checkpoint_due():
             self.save_checkpoint()
         source.iteration_end(self.iteration)

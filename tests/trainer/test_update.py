@@ -406,3 +406,43 @@ def test_importance_weight_metrics_are_token_means_whatever_the_micro_batch_size
         got = _correction_metrics(tiny_model, rows, batch, algo, correction, micro)
         for key, value in expected.items():
             assert got[key] == pytest.approx(value, rel=1e-5), (micro, key)
+
+
+@pytest.mark.slow
+def test_a_run_whose_updates_carry_no_gradient_leaves_the_weights_alone_and_says_so(tmp_path, tiny_model_dir,
+                                                                                     capsys):
+    """The tiny task on a random tiny model: every episode scores 0, so every GRPO group is inert, and without an
+    entropy bonus no row carries a gradient. Both updates are skipped and said so, the weights end as they began,
+    the summary counts the two iterations; the rollouts come from a pipeline held to staleness 0, whose counters
+    reach the records as the loop in turn's do; every step of every episode file records its policy version."""
+    import json
+
+    from transformers import AutoModelForCausalLM
+
+    from agentr1_core.config import load_config
+    from agentr1_core.plugins import configure_registry
+    from agentr1_core.trainers.local import LocalTrainer
+    from agentr1_core.trainers.pipeline import PipelinedRollouts
+
+    run_dir = tmp_path / "run"
+    cfg = load_config("tiny", [f"model.path={tiny_model_dir}", f"run_dir={run_dir}", "stages=[rl]",
+                               "algorithm.entropy_coef=0", "trainer.total_steps=2", "rollout.max_new_tokens=8",
+                               "validation.max_rows=1", "trainer.min_free_gb=0.01", "trainer.checkpoint_every=-1"])
+    trainer = LocalTrainer(cfg, configure_registry())
+    trainer.rollout_source = lambda: PipelinedRollouts(trainer, 0)
+    summary = trainer.fit()
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    iters = [r for r in records if "iteration" in r and r.get("event") is None]
+    assert [r["reward_mean"] for r in iters] == [0.0, 0.0]
+    assert all(r["update_skipped"] == 1 and r["optimizer_steps"] == 0 and r["weight_change"] == 0.0 for r in iters)
+    assert all("prefix_hit_rate" in r and "async/trainer_idle_seconds" in r for r in iters)
+    assert summary["skipped_updates"] == 2
+    assert capsys.readouterr().out.count("[update] skipped: no row carries a gradient") == 2
+    start = dict(AutoModelForCausalLM.from_pretrained(tiny_model_dir).named_parameters())
+    assert all(torch.equal(p.detach(), start[n].detach()) for n, p in trainer.backend.policy.model.named_parameters())
+    versions = {}
+    for path in sorted((run_dir / "episodes").rglob("*.jsonl")):
+        steps = [s for line in path.read_text().splitlines() for s in json.loads(line)["steps"]]
+        versions[path.name] = {s["policy_version"] for s in steps}
+    assert versions == {"before_rl.jsonl": {0}, "after_rl.jsonl": {2}, "iter_000001.jsonl": {0},
+                        "iter_000002.jsonl": {1}}
