@@ -49,13 +49,12 @@ def outside_examples(text: str) -> tuple[str, int]:
     kept, blocks, end = [], 0, None
     for line in text.splitlines():
         mark = line.strip()
-        if end is None and mark.startswith(tuple(start for start, _ in EXAMPLE_MARKS)):
-            end = dict(EXAMPLE_MARKS)[next(start for start, _ in EXAMPLE_MARKS if mark.startswith(start))]
-            blocks += 1
+        start = next((start for start, _ in EXAMPLE_MARKS if mark.startswith(start)), None)
+        if start is not None:
+            assert end is None, "an example block inside another"
+            end, blocks = dict(EXAMPLE_MARKS)[start], blocks + 1
         elif end is not None:
-            assert not mark.startswith(tuple(start for start, _ in EXAMPLE_MARKS)), "an example block inside another"
-            if mark == end:
-                end = None
+            end = None if mark == end else end
         else:
             kept.append(line)
     assert end is None, "an example block is not closed"
@@ -68,6 +67,8 @@ def test_outside_examples_drops_each_marked_block_with_its_marks():
     assert outside_examples(text) == ("keep 1\nkeep 2", 2)
     with pytest.raises(AssertionError, match="not closed"):
         outside_examples("# EXAMPLE: open\nno end\n")
+    with pytest.raises(AssertionError, match="inside another"):
+        outside_examples("# EXAMPLE: one\n# EXAMPLE: two\n# END EXAMPLE\n")
 
 
 def test_the_cli_offers_every_kind():
