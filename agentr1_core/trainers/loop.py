@@ -11,7 +11,8 @@
 4. a checkpoint every ``trainer.checkpoint_every`` iterations and at the end (0: only at the end, < 0: never); the
    final one is written before the last validation, after which a backend may free its optimizer's state
    (``release_optimizer_state``);
-5. ``summary.json`` (with the memory account: each phase's peak resident set by part) and the ``[done]`` line.
+5. ``summary.json`` (with the memory account: each phase's peak resident set by part; the wall time of every
+   process of the run, resumes included) and the ``[done]`` line.
 
 After every rollout, episodes that failed are reported and a rollout whose every episode hit an env error stops the
 run (``lifecycle.episode_errors``). Callbacks get ``on_iteration_end(loop, metrics)`` after each RL iteration and,
@@ -122,6 +123,8 @@ class TrainingLoop:
         self.phase_accounts: dict[str, tuple[float, dict[str, float]]] = {}
         # the data order as of the last rollout trained, when rollouts run ahead of the update (else the live one)
         self.consumed_data_state: dict[str, Any] | None = None
+        self.started = time.perf_counter()  # this process's share of the run's wall time starts here (``fit``)
+        self.earlier_wall_seconds: list[float] = []  # the processes before a resume, each up to its checkpoint
         self._setup_done = False
         self.stages = [str(s) for s in config.stages]
         unknown = [s for s in self.stages if s not in STAGES]
@@ -175,13 +178,20 @@ class TrainingLoop:
     def state_dict(self) -> dict[str, Any]:
         data = self.consumed_data_state if self.consumed_data_state is not None else self.data.state_dict()
         return {"iteration": self.iteration, "history": json.loads(json.dumps(self.history, default=str)),
-                "data": data, "python_rng": random.getstate(), "seed": int(self.cfg.seed)}
+                "data": data, "python_rng": random.getstate(), "seed": int(self.cfg.seed),
+                "wall_seconds": self.wall_seconds_by_process()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.iteration = int(state["iteration"])
         self.history = dict(state.get("history") or {})
         self.data.load_state_dict(state["data"])
         random.setstate(as_tuples(state["python_rng"]))
+        self.earlier_wall_seconds = [float(s) for s in state.get("wall_seconds") or []]
+
+    def wall_seconds_by_process(self) -> list[float]:
+        """The run's wall time so far, one entry per process: those before a resume (each up to the checkpoint
+        this one resumed from) and this one."""
+        return [*self.earlier_wall_seconds, time.perf_counter() - self.started]
 
     def save_checkpoint(self) -> Path:
         """A checkpoint of the current iteration, unless one was just written for it."""
@@ -364,7 +374,7 @@ class TrainingLoop:
             self.close()
 
     def _fit(self) -> dict[str, Any]:
-        start = time.perf_counter()
+        self.started = time.perf_counter()
         self.setup()
         stages = self.stages
         print(f"[setup] {self.backend_line}; {len(self.train_rows)} train rows, {len(self.val_rows)} validation rows; "
@@ -390,8 +400,10 @@ class TrainingLoop:
             if callable(release):  # trained and saved: the last validation does not need the optimizer's moments
                 release()
             self.validate("after_rl")
-        self.history.update(wall_seconds=time.perf_counter() - start, peak_rss_mb=peak_rss_mb(),
-                            iterations=self.iteration, seed=int(self.cfg.seed), memory=self.memory_account())
+        by_process = self.wall_seconds_by_process()
+        self.history.update(wall_seconds=sum(by_process), wall_seconds_by_process=by_process,
+                            peak_rss_mb=peak_rss_mb(), iterations=self.iteration, seed=int(self.cfg.seed),
+                            memory=self.memory_account())
         for phase, acc in self.history["memory"].items():
             print(account_line(phase, acc), flush=True)
         summary = dict(self.history)

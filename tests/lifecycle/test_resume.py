@@ -2,10 +2,11 @@
 the per-iteration metrics and weights of an uninterrupted run with the same seed (CPU, one thread, tiny model).
 Two diagnostics of the engine's own state are compared loosely: the prefix-cache statistics (a resumed engine starts
 with an empty cache) and the engine-vs-trainer log-prob gap (a cached prefix changes the prefill's float rounding,
-at the 1e-8 level, never the sampled tokens)."""
+at the 1e-8 level, never the sampled tokens). The resumed run's wall time counts both processes."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -86,3 +87,11 @@ def test_sigkill_mid_iteration_then_resume_matches_uninterrupted_run(tmp_path, t
     assert a.keys() == b.keys()
     changed = [k for k in a if not bool((a[k] == b[k]).all())]
     assert changed == []
+
+    # the wall time of the run is that of both processes: the killed one up to its checkpoint, then the resumed one
+    assert len(json.loads((full / "summary.json").read_text())["wall_seconds_by_process"]) == 1
+    summary = json.loads((killed / "summary.json").read_text())
+    first, second = summary["wall_seconds_by_process"]
+    assert summary["wall_seconds"] == pytest.approx(first + second)
+    seconds = {r["iteration"]: r["iteration_seconds"] for r in got if "event" not in r}
+    assert first > seconds[1] + seconds[2] and second > seconds[3] + seconds[4]
