@@ -40,7 +40,17 @@ class RolloutEngine(Protocol):
 
     ``tokenizer`` is a Hugging Face tokenizer (``apply_chat_template``, ``decode``, ``eos_token_id``).
     ``score`` returns, for each request, the log-probs of ``continuation_ids`` given ``prompt_ids`` (no sampling;
-    used by teachers and reference models). ``sync_weights`` is called by the trainer after each optimizer step.
+    used by teachers and reference models).
+
+    ``sync_weights(state=None)`` is the trainer's announcement that the policy's weights changed. The trainer calls
+    it after every change and before the next rollout: an RL update, the end of SFT, a restored checkpoint, the
+    snapshot it hands to rollouts that run ahead of the update; never while a rollout runs. ``state`` (``{name:
+    tensor}``) carries the new weights to an engine that holds its own copy (a Ray worker's engine, vLLM); without it
+    the engine runs the trainer's own module, already changed in place. Either way each call starts a new weight
+    version: an engine that keeps anything computed with the weights (the keys and values of prompt prefixes) must
+    not reuse it across a call. The engine cannot reliably tell by itself: a fused optimizer kernel changes the
+    parameters without bumping their in-place version counters. The signature is unchanged from the first release,
+    so engine plugins written against it keep working.
     """
 
     tokenizer: Any

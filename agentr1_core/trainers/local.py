@@ -309,7 +309,9 @@ class LocalBackend:
 
     def publish_weights(self, snapshot: dict[str, Any] | None = None) -> dict[str, Any]:
         """Make the engine sample the trainer's weights: it runs the policy's own module (nothing to copy) or, with
-        rollouts ahead of the update, its own copy, which takes ``snapshot`` in place."""
+        rollouts ahead of the update, its own copy, which takes ``snapshot`` in place. Either way the change is
+        announced (``sync_weights``): the engine's prefix cache belongs to one weight version, and an in-place
+        update does not always show (AdamW's fused kernel leaves the parameters' version counters alone)."""
         t0 = time.perf_counter()
         if self.engine_model is not self.policy_engine_module:
             snapshot = snapshot if snapshot is not None else self.snapshot_weights()
