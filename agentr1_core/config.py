@@ -114,12 +114,25 @@ class TrainerConfig:
 
 
 @dataclass
+class CriticPrefixConfig:
+    """Privileged text only the critic reads before each step (``algorithms.critic_prefix``): a ``template`` over
+    the row's fields (``{ground_truth}``, ``{reference_solution}``, ``{question}`` ...) or the dotted path of a
+    ``field`` that holds it, at most ``max_tokens`` tokens. Neither set: no prefix."""
+
+    template: str | None = None
+    field: str | None = None
+    max_tokens: int = 256
+
+
+@dataclass
 class CriticConfig:
     """``model: null``: a linear value head on the policy trunk (lr ``trainer.critic_lr``); a model path: a separate
-    critic model with its own optimizer (``lr``, default ``trainer.critic_lr``)."""
+    critic model with its own optimizer (``lr``, default ``trainer.critic_lr``). ``prefix``: the asymmetric
+    critic's privileged prefix."""
 
     model: str | None = None
     lr: float | None = None
+    prefix: CriticPrefixConfig = field(default_factory=CriticPrefixConfig)
 
 
 @dataclass

@@ -19,6 +19,7 @@ from typing import Any, Iterator
 
 from omegaconf import DictConfig, OmegaConf
 
+from agentr1_core.algorithms.critic_prefix import critic_prefixes
 from agentr1_core.components import build_reward_fn, check_components
 from agentr1_core.config import component
 from agentr1_core.errors import ConfigError, UserError
@@ -109,7 +110,8 @@ def preflight(cfg: DictConfig, registry: Registry, keep_rows: bool = True, build
         build_reward_fn(cfg, registry)
     name, params = component(cfg, "algorithm")
     with at_key("algorithm"):
-        registry.build("algorithm", name, params, where="algorithm")
+        algorithm = registry.build("algorithm", name, params, where="algorithm")
+    critic_prefixes(cfg, algorithm, train)  # critic.prefix: a critic reads it, every training row within max_tokens
     build_env_once(cfg, registry, train[0])
     note = turn_cap_note(cfg)
     if note:

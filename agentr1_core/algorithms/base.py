@@ -95,6 +95,7 @@ class Algorithm:
     needs_groups: bool = False
     needs_reference: bool = False
     needs_teacher: bool = False
+    needs_greedy_baseline: bool = False  # each training rollout adds one greedy episode per row (ReMax)
 
     def prepare_batch(self, batch: StepBatch, steps: Any, trajectories: list[Any]) -> dict[str, float]:
         """Called by the trainer before ``compute_advantages`` with the batch, its step rows (each with ``traj`` and

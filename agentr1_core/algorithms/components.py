@@ -9,11 +9,13 @@ system validates user params against these signatures). Loss parameters shared b
 * ``kl_coef`` / ``kl_estimator`` (``k1`` | ``k2`` | ``k3``): KL penalty to the reference policy (sets
   ``needs_reference``); ``entropy_coef``: entropy bonus (the trainer must then pass per-token entropy).
 
-The formulas are in ``advantages.py``, ``gae.py``, ``gigpo.py`` and ``losses.py``; ``docs/algorithms.md`` says when
-to pick which.
+The formulas are in ``advantages.py``, ``gae.py``, ``gigpo.py``, ``remax.py`` and ``losses.py``;
+``docs/algorithms.md`` says when to pick which.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 
@@ -23,6 +25,7 @@ from agentr1_core.algorithms.gae import step_gae
 from agentr1_core.algorithms.gigpo import gigpo_advantages
 from agentr1_core.algorithms.losses import (LossDenominators, PolicyLossConfig, loss_denominators, policy_loss,
                                             value_loss)
+from agentr1_core.algorithms.remax import GREEDY_RETURNS, greedy_returns, remax_advantages
 from agentr1_core.algorithms.segments import check_choice
 
 
@@ -208,6 +211,27 @@ class GiGPO(PolicyGradientAlgorithm):
                                 norm_by_std=self.norm_by_std, eps=self.eps)
 
 
+class ReMax(PolicyGradientAlgorithm):
+    """The return of one greedy episode on the same prompt as the baseline (ReMax, ``remax.py``), PPO-clip loss."""
+
+    needs_greedy_baseline = True
+
+    def __init__(self, loss_type: str = "ppo", clip_ratio: float = 0.2, clip_ratio_low: float | None = None,
+                 clip_ratio_high: float | None = None, clip_ratio_c: float | None = 3.0,
+                 loss_agg: str = "token-mean", kl_coef: float = 0.0, kl_estimator: str = "k3",
+                 entropy_coef: float = 0.0) -> None:
+        self._set_loss(loss_type, clip_ratio, clip_ratio_low, clip_ratio_high, clip_ratio_c, loss_agg, kl_coef,
+                       kl_estimator, entropy_coef)
+
+    def prepare_batch(self, batch: StepBatch, steps: Any, trajectories: list[Any]) -> dict[str, float]:
+        """Each row's greedy return into ``batch.extras["greedy_returns"]``; returns the ``remax/*`` metrics."""
+        batch.extras[GREEDY_RETURNS], metrics = greedy_returns(steps, trajectories)
+        return metrics
+
+    def compute_advantages(self, batch: StepBatch) -> AdvantageOutput:
+        return remax_advantages(batch)
+
+
 ALGORITHM_CLASSES: dict[str, type[Algorithm]] = {
     "grpo": GRPO,
     "drgrpo": DrGRPO,
@@ -217,4 +241,5 @@ ALGORITHM_CLASSES: dict[str, type[Algorithm]] = {
     "ppo": PPO,
     "steppo": StepPO,
     "gigpo": GiGPO,
+    "remax": ReMax,
 }

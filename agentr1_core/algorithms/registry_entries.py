@@ -18,4 +18,6 @@ ALGORITHMS: list[tuple[str, str, str, bool]] = [
     ("ppo", f"{_MOD}:PPO", "Step-level GAE with a per-step critic, token-level PPO-clip loss.", True),
     ("steppo", f"{_MOD}:StepPO", "Step-level GAE with a per-step critic, per-step GSPO (sequence-ratio) loss.", True),
     ("gigpo", f"{_MOD}:GiGPO", "GRPO trajectory advantage plus anchor-state step-group advantage (GiGPO).", False),
+    ("remax", f"{_MOD}:ReMax",
+     "Return minus the return of one greedy episode on the same prompt (ReMax), PPO-clip loss.", False),
 ]

@@ -1,6 +1,7 @@
 """``RolloutPool``: rollout workers as Ray actors, episodes fanned out to them, weights published to them.
 
-``run(rows, n, sampling, ...)`` splits the ``len(rows) * n`` episodes into one contiguous chunk per live worker and
+``run(rows, n, sampling, ...)`` splits the ``len(rows) * n`` episodes (plus one greedy episode per row with
+``greedy_baseline``, as in the local driver) into one contiguous chunk per live worker and
 waits for the chunks with ``ray.wait``. Trajectories come back in (row, sample) order with the same ``group_id`` /
 ``uid`` scheme as the local driver, so advantages and metrics do not depend on the backend.
 
@@ -173,13 +174,19 @@ class RolloutPool:
 
     # -- rollouts -----------------------------------------------------------------------------------------------
     def run(self, rows: Sequence[dict[str, Any]], n: int, sampling: SamplingParams, policy: str = "model",
-            prefix: str = "", desc: str = "rollout", progress: bool = True) -> list[Trajectory]:
+            prefix: str = "", desc: str = "rollout", progress: bool = True,
+            greedy_baseline: bool = False) -> list[Trajectory]:
         import ray
         from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+        from agentr1_core.rollout.driver import greedy_uid
 
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
         episodes = [(row, f"{prefix}{r}", f"{prefix}{r}/{k}") for r, row in enumerate(rows) for k in range(n)]
+        if greedy_baseline:  # one greedy episode per row (ReMax's baseline), run greedily by the worker's driver
+            episodes = [e for r, row in enumerate(rows)
+                        for e in episodes[r * n:(r + 1) * n] + [(row, f"{prefix}{r}", greedy_uid(f"{prefix}{r}"))]]
         order = {uid: i for i, (_, _, uid) in enumerate(episodes)}
         live = self._live_workers()
         chunks = split_even(episodes, len(live))

@@ -94,8 +94,9 @@ class RayBackend(LocalBackend):
         self.publish_weights()  # the workers sample from the restored weights
 
     def rollout(self, rows: list[dict[str, Any]], n: int, sampling: Any, *, policy: str = "model",
-                desc: str = "rollout", prefix: str = "") -> list[Any]:
-        trajs = self.pool.run(rows, n, sampling, policy=policy, prefix=prefix, desc=desc)
+                desc: str = "rollout", prefix: str = "", greedy_baseline: bool = False) -> list[Any]:
+        trajs = self.pool.run(rows, n, sampling, policy=policy, prefix=prefix, desc=desc,
+                              greedy_baseline=greedy_baseline)
         if self.pool.sleep_enabled and int(self.cfg.trainer.max_staleness) == 0:
             self.pool.sleep(1)  # the update gets the engines' GPU memory; the next rollout wakes them
         return trajs

@@ -40,9 +40,10 @@ class Backend(Protocol):
         """Load the models, start engines and workers; return one line for the ``[setup]`` message."""
 
     def rollout(self, rows: Sequence[dict[str, Any]], n: int, sampling: SamplingParams, *, policy: str = "model",
-                desc: str = "rollout", prefix: str = "") -> list[Trajectory]:
+                desc: str = "rollout", prefix: str = "", greedy_baseline: bool = False) -> list[Trajectory]:
         """``n`` episodes per row, each through the configured flow (``policy="expert"`` replays the rows' experts).
-        Episode uids start with ``prefix``."""
+        Episode uids start with ``prefix``. ``greedy_baseline`` (asked only by algorithms that need it, ReMax) adds
+        one greedy episode per row, uid ``<group>/greedy`` (``rollout.driver``)."""
 
     def sft_update(self, steps: Any) -> dict[str, Any]:
         """Cross-entropy on the response tokens of expert step rows (``batching.StepRows``); returns metrics."""

@@ -5,7 +5,13 @@ One row per step: the input is the step's ``prompt_ids + response_ids`` exactly 
 engine's sampling log-probs become ``old_logprobs``. Non-finite engine log-probs are kept as they are (the algorithm
 masks those tokens) and counted. The last step of an episode that ended neither ``done`` nor ``truncated`` is marked
 truncated, so that bootstrapping estimators never read past the end of an episode; a step that is both ``done`` and
-``truncated`` is terminal (no bootstrap), as in Gymnasium.
+``truncated`` is terminal (no bootstrap), as in Gymnasium. Greedy baseline episodes (ReMax, ``rollout.driver``)
+give no rows: they are scored, never trained on; the rows' ``traj`` indices still count them, so they index the
+rollout's trajectory list as it came.
+
+Critic prefix (``critic.prefix``): a row may carry ``critic_prefix_ids``, privileged token ids that only the
+critic reads before the row's prompt (``critic_view``). ``None`` means the run has no critic prefix; ``[]`` is a
+prefix of zero tokens, which reads exactly what the critic reads without one.
 
 Model inputs are left-padded: every row then ends at the last column, so the response tokens of all rows sit in the
 last ``max_response_len`` columns and one ``logits_to_keep`` covers them (see ``forward.py``).
@@ -23,6 +29,7 @@ This module does no model computation.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass, field
@@ -32,6 +39,7 @@ import torch
 
 from agentr1_core.algorithms.base import StepBatch
 from agentr1_core.mdp import Trajectory
+from agentr1_core.rollout.driver import GREEDY_INFO_KEY
 
 
 @dataclass
@@ -49,10 +57,33 @@ class StepRow:
     truncated: bool
     anchor: str | None = None
     policy_version: int = 0  # RL updates the weights that sampled this step had seen
+    critic_prefix_ids: list[int] | None = None  # token ids only the critic reads before the prompt (None: no prefix)
 
     @property
     def num_tokens(self) -> int:
         return len(self.prompt_ids) + len(self.response_ids)
+
+
+def critic_view(row: StepRow) -> StepRow:
+    """The row as the critic reads it: its critic prefix ids, then its own prompt and response ids (joined as token
+    ids; nothing is decoded). The value is still read at the last prompt token, the state the action starts from."""
+    if not row.critic_prefix_ids:
+        return row
+    return dataclasses.replace(row, prompt_ids=list(row.critic_prefix_ids) + list(row.prompt_ids))
+
+
+def critic_state_row(row: StepRow) -> StepRow:
+    """``critic_view`` cut after the first response token, for the passes that only read the value: it sits at the
+    last prompt token, which in a causal model attends to the prefix and the prompt alone, so the response tokens
+    after it would be computed for nothing (the value equals the one of the whole row)."""
+    view = critic_view(row)
+    return dataclasses.replace(view, response_ids=list(row.response_ids[:1]),
+                               old_logprobs=list(row.old_logprobs[:1]))
+
+
+def has_critic_prefix(rows: Sequence[StepRow]) -> bool:
+    """Whether the critic reads these rows through a prefix (``critic.prefix`` set; a zero-length one counts)."""
+    return any(r.critic_prefix_ids is not None for r in rows)
 
 
 @dataclass
@@ -74,6 +105,8 @@ def trajectories_to_rows(trajectories: Sequence[Trajectory]) -> StepRows:
         if key not in groups:
             groups[key] = len(groups)
             out.group_keys.append(key)
+        if traj.info.get(GREEDY_INFO_KEY):  # a greedy baseline episode: scored by the algorithm, never trained on
+            continue
         if not traj.steps:
             out.empty_trajectories += 1
             continue

@@ -10,10 +10,12 @@ Options: LoRA through ``peft`` (``model.lora.enabled``), training only the top `
 frozen reference for the KL term (``trainer.ref_model`` or an algorithm with ``kl_coef > 0``): the policy as it was
 when RL started, or the model ``trainer.ref_model`` names. Algorithms that need a critic get a value head on the
 policy trunk, or a separate critic model (``critic.model``); episodes cut before ``done`` are bootstrapped with the
-critic's value of the next observation. Old log-probs are recomputed with the trainer's weights
-(``trainer.recompute_old_logprobs``) when one rollout feeds several optimizer steps or the engine does not run the
-trainer's own module; the engine-vs-trainer log-prob gap is logged every iteration. Sampled generations are seeded
-per (run seed, episode uid, call), so a resumed run samples what the uninterrupted run would have sampled.
+critic's value of the next observation. With ``critic.prefix`` the critic reads every step after the row's privileged
+prefix (``algorithms.critic_prefix``), in a pass of its own; the actor's passes never see it. Old log-probs are
+recomputed with the trainer's weights (``trainer.recompute_old_logprobs``) when one rollout feeds several optimizer
+steps or the engine does not run the trainer's own module; the engine-vs-trainer log-prob gap is logged every
+iteration. Sampled generations are seeded per (run seed, episode uid, call), so a resumed run samples what the
+uninterrupted run would have sampled.
 
 Checkpoints are ``lifecycle.trainer_state``'s: the model folder plus optimizer, scheduler, RNG and the loop's state.
 """
@@ -29,6 +31,7 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
+from agentr1_core.algorithms.critic_prefix import critic_prefixes
 from agentr1_core.components import build_reward_fn
 from agentr1_core.config import ConfigError, component
 from agentr1_core.flows import FlowContext
@@ -94,6 +97,7 @@ class LocalBackend:
         self.cfg = config
         self.registry = registry
         self.engine: Any = None
+        self.critic_prefix: Any = None  # algorithms.critic_prefix.CriticPrefixes when critic.prefix is set
         self.loop: asyncio.AbstractEventLoop | None = None
         self._threads_before: int | None = None
         self._closed = False
@@ -115,8 +119,14 @@ class LocalBackend:
         self.flow_name, self.flow_params = component(cfg, "agent_flow")
         self.reward_fn = build_reward_fn(cfg, self.registry)
         self._build_model()
+        # critic.prefix: every training row's privileged prefix for the critic, tokenised once (and recorded)
+        self.critic_prefix = critic_prefixes(cfg, self.algorithm, run.train_rows, self.tokenizer)
+        prefix_line = ""
+        if self.critic_prefix is not None:
+            self.critic_prefix.record(run.run_dir)
+            prefix_line = f"; {self.critic_prefix.line()}"
         return (f"model {cfg.model.path} on {self.device} ({self.trainable_params / 1e6:.2f}M trainable params, "
-                f"loaded in {self.model_load_seconds:.1f}s)")
+                f"loaded in {self.model_load_seconds:.1f}s){prefix_line}")
 
     def _build_model(self) -> None:
         from agentr1_core.models import load_model_and_tokenizer
@@ -219,10 +229,11 @@ class LocalBackend:
         return make_flow
 
     def rollout(self, rows: list[dict[str, Any]], n: int, sampling: Any, *, policy: str = "model",
-                desc: str = "rollout", prefix: str = "") -> list[Any]:
+                desc: str = "rollout", prefix: str = "", greedy_baseline: bool = False) -> list[Any]:
         self.policy.model.eval()
         return self.loop.run_until_complete(rollout_async(
-            rows, n, self.make_flow_factory(sampling, policy), group_prefix=prefix, desc=desc))
+            rows, n, self.make_flow_factory(sampling, policy), group_prefix=prefix, desc=desc,
+            greedy_baseline=greedy_baseline))
 
     def take_stats(self) -> dict[str, Any]:
         take = getattr(self.engine, "take_prefix_stats", None)
@@ -279,8 +290,12 @@ class LocalBackend:
         cfg, tr = self.cfg, self.cfg.trainer
         batch = build_step_batch(steps.rows)
         need_ref = self.policy.ref_model is not None or self.policy.ref_context is not None
-        metrics = score_batch(self.policy, steps.rows, batch, int(tr.micro_batch_size), float(cfg.rollout.temperature),
-                              self.recompute_old, need_ref, self.policy.has_critic)
+        metrics: dict[str, Any] = {}
+        if self.critic_prefix is not None:  # the critic reads each row after its privileged prefix
+            metrics.update(self.critic_prefix.attach(steps.rows, trajectories))
+        metrics.update(score_batch(self.policy, steps.rows, batch, int(tr.micro_batch_size),
+                                   float(cfg.rollout.temperature), self.recompute_old, need_ref,
+                                   self.policy.has_critic))
         if self.policy.has_critic and batch.values is not None:
             boot, from_obs = roles.bootstrap_values(self.policy, trajectories, steps.rows, batch.values,
                                                     self.tokenizer, int(tr.micro_batch_size))

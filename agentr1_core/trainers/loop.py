@@ -43,6 +43,7 @@ from agentr1_core.lifecycle.metrics import (
 )
 from agentr1_core.preflight import take_rows
 from agentr1_core.rollout.base import SamplingParams
+from agentr1_core.rollout.driver import split_greedy
 from agentr1_core.trainers.backend import Backend, RunInputs
 from agentr1_core.trainers.batching import trajectories_to_rows
 from agentr1_core.trainers.metrics import (
@@ -151,6 +152,8 @@ class TrainingLoop:
         self.sampling, self.val_sampling = sampling_params(cfg)
         name, params = component(cfg, "algorithm")
         self.algorithm = self.registry.build("algorithm", name, params, where="algorithm")
+        # ReMax: each training rollout adds one greedy episode per row, its baseline (never trained on)
+        self.greedy_baseline = bool(getattr(self.algorithm, "needs_greedy_baseline", False))
         self.baseline_mb = rss_mb()  # before any model: interpreter, libraries, datasets
         self.backend_line = self.backend.build(RunInputs(config=cfg, registry=self.registry, run_dir=self.run_dir,
                                                          algorithm=self.algorithm, train_rows=self.train_rows,
@@ -209,9 +212,10 @@ class TrainingLoop:
 
     # -- rollouts ---------------------------------------------------------------------------------------------------
     def rollout(self, rows: list[dict[str, Any]], n: int, sampling: SamplingParams, policy: str = "model",
-                desc: str = "rollout", prefix: str = "") -> tuple[list[Any], float]:
+                desc: str = "rollout", prefix: str = "", greedy_baseline: bool = False) -> tuple[list[Any], float]:
         t0 = time.perf_counter()
-        trajs = self.backend.rollout(rows, n, sampling, policy=policy, desc=desc, prefix=prefix)
+        extra = {"greedy_baseline": True} if greedy_baseline else {}  # only ReMax's backends need to know it
+        trajs = self.backend.rollout(rows, n, sampling, policy=policy, desc=desc, prefix=prefix, **extra)
         return trajs, time.perf_counter() - t0
 
     def validate(self, label: str) -> dict[str, Any] | None:
@@ -272,8 +276,9 @@ class TrainingLoop:
         source = source if source is not None else InlineRollouts(self)
         batch = source.next(self.iteration)
         trajs = batch.trajectories
+        sampled, _ = split_greedy(trajs)  # the greedy baseline episodes are not part of the training metrics
         metrics: dict[str, Any] = {"iteration": self.iteration, "data_epoch": batch.data_epoch,
-                                   **rollout_metrics(trajs, batch.seconds)}
+                                   **rollout_metrics(sampled, batch.seconds)}
         report_episode_errors(self, trajs, f"iteration {self.iteration}", metrics)
         write_train_episodes(self.run_dir, self.iteration, trajs, int(cfg.trainer.keep_train_episodes))
         metrics.update(batch.metrics)  # what the rollout's producer measured (a pipeline's counters and waits)

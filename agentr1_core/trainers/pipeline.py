@@ -100,7 +100,8 @@ class InlineRollouts:
         loop.backend.take_stats()  # start the counters' window at this rollout
         with loop.peaks.phase("rollout"):
             trajs, seconds = loop.rollout(rows, int(loop.cfg.rollout.n), loop.sampling, desc=f"rollout {iteration}",
-                                          prefix=f"it{iteration}-")
+                                          prefix=f"it{iteration}-",
+                                          greedy_baseline=getattr(loop, "greedy_baseline", False))
         tag_versions(trajs, iteration - 1)
         return RolloutBatch(iteration, rows, trajs, seconds, version=iteration - 1, data_epoch=loop.data.epoch)
 
@@ -266,7 +267,8 @@ class PipelinedRollouts:
                     data_state, epoch = loop.data.state_dict(), loop.data.epoch
                     loop.backend.take_stats()  # the counters' window starts at this rollout
                     trajs, seconds = loop.rollout(rows, int(cfg.rollout.n), loop.sampling,
-                                                  desc=f"rollout {iteration}", prefix=f"it{iteration}-")
+                                                  desc=f"rollout {iteration}", prefix=f"it{iteration}-",
+                                                  greedy_baseline=getattr(loop, "greedy_baseline", False))
                     counters = loop.backend.take_stats()
                 tag_versions(trajs, version)
                 batch = RolloutBatch(iteration, rows, trajs, seconds, version, data_state, epoch,

@@ -6,7 +6,8 @@
 * Critic (``build_separate_critic``): ``critic.model`` names a separate value model (a causal LM trunk plus a linear
   head, its own AdamW). Without it, the critic is a linear head on the policy trunk (built by the trainer).
 * Bootstrapping (``bootstrap_values``): an episode that was cut (``max_turns``, context limit, an env fault) rather
-  than finished is not a terminal state; its last step's next value is the critic's value of the next observation.
+  than finished is not a terminal state; its last step's next value is the critic's value of the next observation
+  (after the row's privileged prefix, when ``critic.prefix`` gives one: the critic reads every state through it).
 
 Nothing here runs an optimizer step.
 """
@@ -130,9 +131,10 @@ def engine_runs_module(engine: Any, module: Any) -> bool:
 def bootstrap_values(policy: Policy, trajectories: Sequence[Any], rows: Sequence[StepRow],
                      values: torch.Tensor, tokenizer: Any, micro_batch_size: int) -> tuple[torch.Tensor, int]:
     """``[S]`` next-state values for the last row of every trajectory that did not end ``done``: the critic's value
-    of the step's ``next_observation`` (rendered as the flow renders prompts). Without a next observation (an env
-    fault) the step's own value is used, so that the cut neither rewards nor blames the action. Returns the values
-    and how many came from a next observation."""
+    of the step's ``next_observation`` (rendered as the flow renders prompts; the row's ``critic_prefix_ids`` first,
+    as for every value the critic reads). Without a next observation (an env fault) the step's own value is used,
+    so that the cut neither rewards nor blames the action. Returns the values and how many came from a next
+    observation."""
     from agentr1_core.flows import render_prompt
 
     out = torch.zeros(len(rows))
@@ -155,6 +157,8 @@ def bootstrap_values(policy: Policy, trajectories: Sequence[Any], rows: Sequence
             ids = render_prompt(tokenizer, obs)
         except Exception:  # an observation the tokenizer cannot render: keep the fallback
             continue
+        if ids and rows[i].critic_prefix_ids:
+            ids = list(rows[i].critic_prefix_ids) + list(ids)
         if ids and (limit <= 0 or len(ids) < limit):
             prompts.append(ids)
             targets.append(i)

@@ -36,7 +36,8 @@ from agentr1_core.algorithms.base import Algorithm, StepBatch
 from agentr1_core.algorithms.losses import OffPolicyCorrection, WeightTally, proximal_weights
 from agentr1_core.algorithms.mismatch import MismatchTally
 from agentr1_core.cpu_linears import CpuLinears
-from agentr1_core.trainers.batching import ModelInputs, StepRow, collate, micro_batches
+from agentr1_core.trainers.batching import (ModelInputs, StepRow, collate, critic_state_row, has_critic_prefix,
+                                            micro_batches)
 from agentr1_core.trainers.forward import ForwardOutput, response_forward
 
 from agentr1_core.validation import OPTIMIZER_KERNELS
@@ -259,17 +260,21 @@ def guarded_step(optimizer: torch.optim.Optimizer, params: Sequence[torch.nn.Par
 
 
 def forward_with_values(policy: Policy, inputs: ModelInputs, width: int, temperature: float = 1.0,
-                   with_entropy: bool = False, with_values: bool = True) -> tuple[ForwardOutput, torch.Tensor | None]:
+                        with_entropy: bool = False, with_values: bool = True,
+                        critic_inputs: ModelInputs | None = None) -> tuple[ForwardOutput, torch.Tensor | None]:
     """The policy forward (log-probs, optional entropy) and the critic's values of the same rows: from the head on
-    the policy trunk (one pass) or from the separate critic model (a second pass)."""
-    head = policy.value_head if with_values and policy.critic is None else None
+    the policy trunk (one pass) or from the separate critic model (a second pass). ``critic_inputs`` (the rows as
+    the critic reads them, ``batching.critic_state_row``: a privileged prefix first) get a pass of their own, on the
+    policy trunk or the separate critic; the policy's pass is then exactly the one without a critic."""
+    joint = with_values and policy.critic is None and critic_inputs is None
+    head = policy.value_head if joint else None
     out = response_forward(policy.model, inputs, width, temperature, with_entropy=with_entropy, value_head=head)
     if not with_values:
         return out, None
-    if policy.critic is None:
+    if joint:
         return out, out.values
-    cout = response_forward(policy.critic.model, inputs, width, value_head=policy.critic.head)
-    return out, cout.values
+    return out, state_values_of_rows(policy, critic_inputs if critic_inputs is not None else inputs,
+                                     1 if critic_inputs is not None else width)
 
 
 @with_policy_linears
@@ -339,17 +344,22 @@ def score_batch(policy: Policy, rows: Sequence[StepRow], batch: StepBatch, micro
     if recompute_old:
         batch.extras["rollout_logprobs"] = batch.old_logprobs.clone()
     gap, mismatch = LogprobGap(), MismatchTally()
+    prefixed = need_values and has_critic_prefix(rows)  # the critic reads its own, prefixed rows (critic.prefix)
     policy.model.eval()
     for idx in micro_batches(range(len(rows)), rows, micro_batch_size, policy.share_prefix,
                              policy.micro_batch_tokens):
         inputs = collate([rows[i] for i in idx], policy.pad_id, policy.share_prefix).to(policy.device)
         index = torch.tensor(idx, dtype=torch.long)
+        critic_inputs = critic_inputs_of(policy, [rows[i] for i in idx], policy.share_prefix) if prefixed else None
         if recompute_old or need_values:
             if recompute_old:
-                out, values = forward_with_values(policy, inputs, width, temperature, with_values=need_values)
+                out, values = forward_with_values(policy, inputs, width, temperature, with_values=need_values,
+                                                  critic_inputs=critic_inputs)
                 gap.add(batch.old_logprobs[index], out.logprobs, batch.action_mask[index])
                 mismatch.add(batch.old_logprobs[index], out.logprobs, batch.action_mask[index])
                 batch.old_logprobs[index] = out.logprobs.float().cpu()
+            elif critic_inputs is not None:  # values only, of the prefixed rows
+                values = state_values_of_rows(policy, critic_inputs, 1)
             else:  # values only: the separate critic needs no policy forward
                 values = state_values_of_rows(policy, inputs, width)
             if need_values:
@@ -360,6 +370,11 @@ def score_batch(policy: Policy, rows: Sequence[StepRow], batch: StepBatch, micro
                 ref = policy.ref_model if policy.ref_model is not None else policy.model
                 batch.ref_logprobs[index] = response_forward(ref, inputs, width, temperature).logprobs.float().cpu()
     return {**gap.metrics(), **mismatch.metrics()}
+
+
+def critic_inputs_of(policy: Policy, rows: Sequence[StepRow], share_prefix: int) -> ModelInputs:
+    """The model inputs of ``rows`` as the critic reads them (``batching.critic_state_row``)."""
+    return collate([critic_state_row(r) for r in rows], policy.pad_id, share_prefix).to(policy.device)
 
 
 def state_values_of_rows(policy: Policy, inputs: ModelInputs, width: int) -> torch.Tensor:
@@ -455,6 +470,7 @@ def policy_update(policy: Policy, algorithm: Algorithm, optimizer: torch.optim.O
     width = batch.action_mask.shape[1]
     n = len(rows)
     use_critic = algorithm.needs_critic and policy.has_critic
+    prefixed = use_critic and has_critic_prefix(rows)  # the critic reads its own, prefixed rows (critic.prefix)
     critic = policy.critic if use_critic else None
     change = WeightChange(policy.params, enabled=settings.track_weight_change)
     gap = LogprobGap() if "rollout_logprobs" not in batch.extras else None
@@ -504,9 +520,11 @@ def policy_update(policy: Policy, algorithm: Algorithm, optimizer: torch.optim.O
                 share = 1.0 if denominators is not None else len(idx) / len(mini)
                 inputs = collate([rows[i] for i in idx], policy.pad_id, policy.grad_share_prefix).to(policy.device)
                 index = torch.tensor(idx, dtype=torch.long)
+                critic_inputs = (critic_inputs_of(policy, [rows[i] for i in idx], policy.grad_share_prefix)
+                                 if prefixed else None)
                 with SavedActivations(policy):
                     out, values = forward_with_values(policy, inputs, width, temperature, with_entropy=True,
-                                                      with_values=use_critic)
+                                                      with_values=use_critic, critic_inputs=critic_inputs)
                     result = algorithm.policy_loss(out.logprobs, sub, advantages[index].to(out.logprobs.device),
                                                    entropy=out.entropy)
                 if gap is not None and epoch == 0 and m == 0:

@@ -176,8 +176,9 @@ class VerlBackend:
 
     # -- rollouts -----------------------------------------------------------------------------------------------
     def rollout(self, rows: list[dict[str, Any]], n: int, sampling: Any, *, policy: str = "model",
-                desc: str = "rollout", prefix: str = "") -> list[Any]:
-        return self.pool.run(rows, n, sampling, policy=policy, prefix=prefix, desc=desc)
+                desc: str = "rollout", prefix: str = "", greedy_baseline: bool = False) -> list[Any]:
+        return self.pool.run(rows, n, sampling, policy=policy, prefix=prefix, desc=desc,
+                             greedy_baseline=greedy_baseline)
 
     def take_stats(self) -> dict[str, Any]:
         return self.pool.take_stats() if self.pool is not None else {}

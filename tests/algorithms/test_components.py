@@ -15,7 +15,7 @@ from agentr1_core.algorithms.base import Algorithm, StepBatch
 from agentr1_core.algorithms.components import ALGORITHM_CLASSES
 from agentr1_core.algorithms.registry_entries import ALGORITHMS
 
-EXPECTED = {"grpo", "drgrpo", "rloo", "reinforce", "reinforce_pp", "ppo", "steppo", "gigpo"}
+EXPECTED = {"grpo", "drgrpo", "rloo", "reinforce", "reinforce_pp", "ppo", "steppo", "gigpo", "remax"}
 
 
 def load(path: str):
@@ -37,7 +37,7 @@ def test_registry_entries_import_without_torch():
     code = ("import sys; sys.modules['torch'] = None; "
             "from agentr1_core.algorithms.registry_entries import ALGORITHMS; print(len(ALGORITHMS))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "8"
+    assert out.stdout.strip() == "9"
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -86,6 +86,7 @@ def batch() -> StepBatch:
         rewards=torch.tensor([0.0, 1.0, 0.0]), dones=torch.tensor([False, True, True]),
         truncated=torch.zeros(3, dtype=torch.bool), action_mask=torch.tensor([[1.0, 1.0], [1.0, 0.0], [0.0, 0.0]]),
         old_logprobs=torch.full((3, 2), -1.0), values=torch.tensor([0.2, 0.4, 0.1]),
+        extras={"greedy_returns": torch.full((3,), 0.5, dtype=torch.float64)},  # ReMax's greedy episode
     )
 
 
@@ -97,7 +98,8 @@ def batch4() -> StepBatch:
         step_index=torch.tensor([0, 1, 0, 1]), rewards=torch.tensor([0.0, 1.0, 0.0, 0.0]),
         dones=torch.tensor([False, True, False, True]), truncated=torch.zeros(4, dtype=torch.bool),
         action_mask=mask, old_logprobs=torch.full((4, 3), -1.0) * mask,
-        values=torch.tensor([0.2, 0.4, 0.1, -0.3]), anchors=["s0", "s1", "s0", "s1"])
+        values=torch.tensor([0.2, 0.4, 0.1, -0.3]), anchors=["s0", "s1", "s0", "s1"],
+        extras={"greedy_returns": torch.full((4,), 0.25, dtype=torch.float64)})  # ReMax's greedy episode
 
 
 def _loss_and_grads(algo, b, adv, returns, lp_all, v_all, parts):

@@ -64,6 +64,8 @@ def step_batches(draw) -> StepBatch:
     anchors = [letters[i] for i in torch.randint(0, 3, (S,), generator=gen).tolist()] if with_anchors else None
     perm = torch.randperm(S, generator=gen)
     extras = {"bootstrap_values": torch.randn(S, generator=gen)} if with_bootstrap else {}
+    # ReMax's greedy return per row's group (NaN / inf: no usable greedy episode)
+    extras["greedy_returns"] = sprinkle(torch.tensor(per_step([float(g) for g in groups])), p_bad, gen)[perm]
     return StepBatch(
         traj_ids=traj[perm], group_ids=group[perm], step_index=step[perm], rewards=rewards[perm],
         dones=done[perm], truncated=cut[perm],
