@@ -4,9 +4,10 @@ All inputs are rows of a StepBatch: ``logprobs`` (current policy, carries the gr
 (behaviour policy), per-token ``advantages`` and ``action_mask``. A token enters the loss only if it is an action
 token and every input it needs (log-probs, old/ref log-probs, advantage, and the entropy when ``entropy_coef > 0``)
 is finite; action tokens dropped because a log-prob (or a needed entropy) is NaN/inf are counted in the
-``nonfinite_logprob_tokens`` metric; with ``entropy_coef == 0`` a non-finite entropy only leaves the entropy metric. Dropped values are replaced
-by 0 *before* any arithmetic, so neither the loss nor its gradient can become NaN/inf. Log-ratios are clamped to
-[-20, 20] before ``exp`` (the GSPO sequence log-ratio to [-20, 10]); the k3 KL term is capped at 10.
+``nonfinite_logprob_tokens`` metric; with ``entropy_coef == 0`` a non-finite entropy only leaves the entropy metric.
+Dropped values are replaced by 0 *before* any arithmetic, so neither the loss nor its gradient can become NaN/inf.
+Log-ratios are clamped to [-20, 20] before ``exp`` (the GSPO sequence log-ratio to [-20, 10]); the k3 KL term is
+capped at 10.
 
 Aggregation modes (rows = steps):
 

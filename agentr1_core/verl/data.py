@@ -4,7 +4,11 @@
 left-padded to ``P`` columns, responses right-padded to ``R`` columns, ``input_ids = [prompts | responses]``,
 ``attention_mask`` 1 on real tokens, ``position_ids`` counting real tokens from 0, ``response_mask`` 1 on response
 tokens, and per-response-token ``old_log_probs`` / ``advantages`` / ``returns`` / ``token_level_rewards``
-(``ref_log_prob`` when given). Token ids are copied as they are. Non-tensor columns carry the GRPO group (``uid``),
+(``ref_log_prob`` when given). For the actor's update, ``loss_tokens`` says which response tokens may enter the
+loss (those whose log-probs the loss reads are finite); the others get ``response_mask`` 0, so that verl's loss
+leaves them out of its numerator and its token count alike, as the local trainer does. No non-finite log-prob or
+weight is handed to verl (they become 0). Token ids are copied as they are. Non-tensor columns carry the GRPO group
+(``uid``),
 the trajectory uid and the step index; ``meta_info`` carries the update settings. ``to_dataproto`` wraps the result
 in ``verl.DataProto`` (that one needs verl).
 
@@ -30,14 +34,16 @@ VALUE_CLIP_OFF = 1e9
 def step_rows_to_verl(rows: Sequence[Any], advantages: torch.Tensor, returns: torch.Tensor | None, pad_id: int,
                       group_keys: Sequence[str] = (), traj_uids: Sequence[str] = (),
                       old_logprobs: torch.Tensor | None = None, ref_logprobs: torch.Tensor | None = None,
-                      meta: dict[str, Any] | None = None, is_weights: torch.Tensor | None = None) -> dict[str, Any]:
+                      meta: dict[str, Any] | None = None, is_weights: torch.Tensor | None = None,
+                      loss_mask: torch.Tensor | None = None) -> dict[str, Any]:
     """``{"batch": {name: tensor}, "non_tensor_batch": {name: np.ndarray}, "meta_info": {...}}``.
 
     ``rows`` are ``StepRow``-like (``prompt_ids``, ``response_ids``, ``old_logprobs``, ``reward``, ``group``,
     ``traj``, ``step_index``); ``advantages`` is ``[S, T]`` right-padded (``T >= longest response``), ``returns``
     ``[S]`` per step. ``old_logprobs`` (``[S, T]``) replaces the rows' engine log-probs when given;
     ``is_weights`` (``[S, T]``) become ``rollout_is_weights``, which verl's policy loss multiplies each token's term
-    by (the decoupled off-policy correction).
+    by (the decoupled off-policy correction). ``loss_mask`` (``[S, T]``, see ``loss_tokens``) keeps only its tokens
+    in verl's loss (``response_mask``).
     """
     if not rows:
         raise ValueError("step_rows_to_verl needs at least one row")
@@ -74,6 +80,11 @@ def step_rows_to_verl(rows: Sequence[Any], advantages: torch.Tensor, returns: to
                 ref[i, :n_r] = ref_logprobs[i, :n_r].float()
     attention_mask = torch.cat([prompt_mask, response_mask], dim=1)
     position_ids = (torch.cumsum(attention_mask, dim=1) - 1).clamp(min=0)
+    if loss_mask is not None:  # what stays out of the loss stays out of its token count too
+        response_mask = response_mask * _columns(loss_mask.bool(), r_len, False)
+    old = torch.nan_to_num(old, nan=0.0, posinf=0.0, neginf=0.0)
+    if ref is not None:
+        ref = torch.nan_to_num(ref, nan=0.0, posinf=0.0, neginf=0.0)
     batch = {
         "prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses], dim=1),
         "attention_mask": attention_mask, "position_ids": position_ids, "response_mask": response_mask,
@@ -82,10 +93,8 @@ def step_rows_to_verl(rows: Sequence[Any], advantages: torch.Tensor, returns: to
     if ref is not None:
         batch["ref_log_prob"] = ref
     if is_weights is not None:
-        weights = torch.ones((s, r_len), dtype=torch.float32)
-        width = min(r_len, is_weights.shape[1])
-        weights[:, :width] = is_weights[:, :width].float()
-        batch["rollout_is_weights"] = weights * response_mask
+        weights = torch.nan_to_num(_columns(is_weights.float(), r_len, 1.0), nan=0.0, posinf=0.0, neginf=0.0)
+        batch["rollout_is_weights"] = torch.where(response_mask > 0, weights, torch.zeros_like(weights))
     keys = list(group_keys)
     uids = list(traj_uids)
     non_tensor = {
@@ -95,6 +104,26 @@ def step_rows_to_verl(rows: Sequence[Any], advantages: torch.Tensor, returns: to
     }
     meta_info = {"global_token_num": attention_mask.sum(dim=1).tolist(), **(meta or {})}
     return {"batch": batch, "non_tensor_batch": non_tensor, "meta_info": meta_info}
+
+
+def loss_tokens(action_mask: torch.Tensor, old_logprobs: torch.Tensor, behaviour: torch.Tensor | None = None,
+                ref_logprobs: torch.Tensor | None = None) -> torch.Tensor:
+    """The action tokens that may enter verl's actor loss: those whose old log-prob (the proximal policy's, or the
+    engine's when not recomputed), behaviour log-prob (with an off-policy correction) and reference log-prob (with
+    a KL term) are finite: the rule of the local trainer (``losses.loss_denominators``)."""
+    keep = (action_mask > 0) & torch.isfinite(old_logprobs)
+    for other in (behaviour, ref_logprobs):
+        if other is not None:
+            keep &= torch.isfinite(other)
+    return keep
+
+
+def _columns(values: torch.Tensor, width: int, fill: Any) -> torch.Tensor:
+    """``values`` ``[S, T]`` cut or padded with ``fill`` to ``width`` columns."""
+    out = torch.full((values.shape[0], width), fill, dtype=values.dtype)
+    cols = min(width, values.shape[1])
+    out[:, :cols] = values[:, :cols]
+    return out
 
 
 def to_dataproto(layout: dict[str, Any]) -> Any:

@@ -88,8 +88,12 @@ def write_model_folder(weights: dict[str, Any], like: str, folder: Path) -> None
 
 
 def logprob_gap(engine: Any, trainer: Any, mask: Any) -> dict[str, float]:
-    """How far the engine's sampling log-probs are from the trainer's for the same tokens (mean and max |diff|)."""
-    diff = (engine.float() - trainer.float()).abs()[mask > 0]
+    """How far the engine's sampling log-probs are from the trainer's for the same tokens (mean and max |diff|, over
+    the action tokens where both are finite)."""
+    import torch
+
+    diff = (engine.float() - trainer.float()).abs()
+    diff = diff[(mask > 0) & torch.isfinite(diff)]
     if diff.numel() == 0:
         return {}
     return {"logprob_gap_mean": float(diff.mean()), "logprob_gap_max": float(diff.max())}
@@ -287,11 +291,10 @@ class VerlBackend:
 
     def _update(self, steps: Any, trajs: list[Any], iteration: int) -> dict[str, Any]:
         """Scores, advantages and the verl updates of one rollout batch; returns metrics."""
-        import torch
-
-        from agentr1_core.algorithms.losses import importance_weights
+        from agentr1_core.algorithms.losses import proximal_weights
+        from agentr1_core.algorithms.mismatch import mismatch_metrics
         from agentr1_core.trainers.batching import build_step_batch
-        from agentr1_core.verl.data import step_rows_to_verl, to_dataproto
+        from agentr1_core.verl.data import loss_tokens, step_rows_to_verl, to_dataproto
 
         cfg, tr = self.cfg, self.cfg.trainer
         out: dict[str, Any] = {}
@@ -313,14 +316,15 @@ class VerlBackend:
         # log-probs are "old" (the proximal policy)
         recompute = (int(tr.update_epochs) > 1 or int(tr.mini_batches) > 1 or int(tr.max_staleness) > 0
                      or correction is not None)
-        is_weights = None
+        is_weights = behaviour = None
         if recompute:
             actor = self.groups.log_probs(scoring)[:, :width] * batch.action_mask
             out.update(logprob_gap(batch.old_logprobs, actor, batch.action_mask))
-            if correction is not None:
-                valid = (batch.action_mask > 0) & torch.isfinite(batch.old_logprobs)
-                is_weights, weight_metrics = importance_weights(actor, batch.old_logprobs, valid, correction.cap)
-                out.update(weight_metrics)
+            out.update(mismatch_metrics(batch.old_logprobs, actor, batch.action_mask))
+            if correction is not None:  # the same weights and metrics as the local trainer's (losses.py)
+                behaviour = batch.old_logprobs
+                is_weights, tally, _ = proximal_weights(actor, behaviour, batch.action_mask, correction)
+                out.update(tally.metrics())
             batch.old_logprobs = actor
         if self.groups.ref is not None:
             batch.ref_logprobs = self.groups.ref_log_probs(scoring)[:, :width] * batch.action_mask
@@ -331,8 +335,17 @@ class VerlBackend:
         adv = self.algorithm.compute_advantages(batch)
         out.update({f"adv/{k}": v for k, v in adv.metrics.items()})
         t_upd = time.perf_counter()
+        inert = self.algorithm.inert_rows(batch, adv.advantages)
+        if inert is not None and bool(inert.all()) and not bool(tr.step_without_gradient):
+            # no row carries a gradient: no optimizer step (and no momentum moving the weights)
+            out.update(update_skipped=1, loss=0.0, pg_loss=0.0, optimizer_steps=0, update_inert_rows=len(steps.rows),
+                       update_seconds=time.perf_counter() - t_upd, update_tok_s=0.0)
+            return out
+        out["update_skipped"] = 0
+        keep = loss_tokens(batch.action_mask, batch.old_logprobs, behaviour,
+                           batch.ref_logprobs if self.groups.ref is not None else None)
         update = proto(adv.advantages, adv.returns, old_logprobs=batch.old_logprobs if recompute else None,
-                       ref_logprobs=batch.ref_logprobs, is_weights=is_weights)
+                       ref_logprobs=batch.ref_logprobs, is_weights=is_weights, loss_mask=keep)
         got = self.groups.update_actor(update, int(tr.mini_batches), int(tr.update_epochs),
                                        int(cfg.seed) * 100003 + iteration)
         out.update(self._named(got))

@@ -160,3 +160,171 @@ def test_dual_clip_off_matches_verl_with_the_off_constant(seed):
                                                    actor_config(0.2, 0.2, c=DUAL_CLIP_OFF))[0],
         lp,
     )
+
+
+# -- the off-policy correction and non-finite log-probs: the verl trainer's update batch through verl's own loss -----
+def verl_actor_loss(layout: dict, logprobs: torch.Tensor) -> torch.Tensor:
+    """verl's actor loss (``ppo_loss``) on a ``step_rows_to_verl`` layout, as its FSDP engine runs it on one rank:
+    the batch without padding, the token count of the loss mask as ``batch_num_tokens``, and ``logprobs`` (``[S, T]``)
+    as the model's output at the positions verl reads them from (one before each response token)."""
+    from tensordict import TensorDict
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.utils.losses import ppo_loss
+    from verl.workers.utils.padding import left_right_2_no_padding
+
+    batch = layout["batch"]
+    rows, prompt_width = batch["prompts"].shape
+    td = left_right_2_no_padding(TensorDict(dict(batch), batch_size=[rows]))
+    tu.assign_non_tensor(td, dp_size=1, batch_num_tokens=int(batch["response_mask"].sum()), global_batch_size=rows)
+    flat = []
+    for i in range(rows):
+        attention = batch["attention_mask"][i]
+        p_len, r_len = int(attention[:prompt_width].sum()), int(attention[prompt_width:].sum())
+        flat += [logprobs.new_zeros(p_len - 1), logprobs[i, :r_len], logprobs.new_zeros(1)]
+    loss, _ = ppo_loss(actor_config(0.2, 0.2), {"log_probs": torch.cat(flat).float()}, td)
+    return loss
+
+
+def off_policy_case():
+    """Two steps of 4 and 3 action tokens: the engine's log-prob of one token is NaN, the trainer's recomputed
+    (proximal) log-prob of another is -inf; old and engine log-probs differ enough that some weights pass 2."""
+    from types import SimpleNamespace
+
+    g = torch.Generator().manual_seed(5)
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]], dtype=torch.float64)
+    prox = -torch.rand(2, 4, generator=g, dtype=torch.float64) * 2 * mask
+    mu = (prox + (torch.rand(2, 4, generator=g, dtype=torch.float64) - 0.5) * 3.0) * mask
+    lp = (prox + (torch.rand(2, 4, generator=g, dtype=torch.float64) - 0.5) * 0.6) * mask
+    mu[0, 1] = float("nan")
+    prox[1, 2] = float("-inf")
+    adv = torch.tensor([[1.0] * 4, [-0.5] * 3 + [0.0]], dtype=torch.float64)
+    rows = [SimpleNamespace(prompt_ids=[5, 6, 7], response_ids=[8, 9, 10, 11], old_logprobs=mu[0].tolist(),
+                            reward=1.0, group=0, traj=0, step_index=0),
+            SimpleNamespace(prompt_ids=[5, 6], response_ids=[8, 9, 10], old_logprobs=mu[1, :3].tolist(),
+                            reward=0.0, group=0, traj=1, step_index=0)]
+    return rows, mask, prox, mu, lp, adv
+
+
+@pytest.mark.parametrize("cap_mode,level", [("truncate", "token"), ("mask", "token"), ("truncate", "sequence"),
+                                            ("mask", "geometric")])
+def test_decoupled_correction_with_nonfinite_logprobs_matches_verls_loss(cap_mode, level):
+    """The local and ray backends (``policy_update``: the algorithm's loss with the mini-batch's denominators) and
+    the verl backend (``VerlBackend._update``: weights, loss tokens and layout, then verl's own ``ppo_loss``) give
+    the same loss: the tokens with a non-finite engine or proximal log-prob leave numerator and denominator alike,
+    masked tokens stay counted."""
+    from agentr1_core.algorithms.components import GRPO
+    from agentr1_core.algorithms.losses import OffPolicyCorrection, proximal_weights
+    from agentr1_core.verl.data import loss_tokens, step_rows_to_verl
+
+    rows, mask, prox, mu, lp, adv = off_policy_case()
+    correction = OffPolicyCorrection("decoupled", cap=2.0, cap_mode=cap_mode, level=level)
+    algo = GRPO(clip_ratio_c=3.0)
+    batch = StepBatch(traj_ids=torch.arange(2), group_ids=torch.zeros(2, dtype=torch.long),
+                      step_index=torch.zeros(2, dtype=torch.long), rewards=torch.zeros(2),
+                      dones=torch.ones(2, dtype=torch.bool), truncated=torch.zeros(2, dtype=torch.bool),
+                      action_mask=mask, old_logprobs=prox, extras={"rollout_logprobs": mu, "off_policy": correction})
+    batch.extras["loss_denominators"] = algo.loss_denominators(batch, adv)
+    ours = algo.policy_loss(lp, batch, adv).loss
+    weights, tally, valid = proximal_weights(prox, mu, mask, correction)
+    assert valid.sum() == 5 and (tally.capped > 0 or level != "token")  # two tokens out; token weights above 2
+    layout = step_rows_to_verl(rows, adv.float(), None, 0, old_logprobs=prox, is_weights=weights,
+                               loss_mask=loss_tokens(mask, prox, mu))
+    assert all(torch.isfinite(layout["batch"][k]).all() for k in ("old_log_probs", "rollout_is_weights"))
+    assert int(layout["batch"]["response_mask"].sum()) == 5
+    theirs = verl_actor_loss(layout, lp)
+    assert float(ours) == pytest.approx(float(theirs), abs=1e-6)
+    assert abs(float(ours)) > 1e-3
+
+
+def test_nonfinite_engine_logprobs_without_recomputation_match_verls_loss():
+    """No correction, no recomputation: the engine's log-probs are the old ones, and its NaN token leaves the loss
+    on both backends (denominator 6, not 7)."""
+    from agentr1_core.algorithms.components import GRPO
+    from agentr1_core.verl.data import loss_tokens, step_rows_to_verl
+
+    rows, mask, _, mu, lp, adv = off_policy_case()
+    algo = GRPO(clip_ratio_c=3.0)
+    batch = StepBatch(traj_ids=torch.arange(2), group_ids=torch.zeros(2, dtype=torch.long),
+                      step_index=torch.zeros(2, dtype=torch.long), rewards=torch.zeros(2),
+                      dones=torch.ones(2, dtype=torch.bool), truncated=torch.zeros(2, dtype=torch.bool),
+                      action_mask=mask, old_logprobs=mu)
+    batch.extras["loss_denominators"] = algo.loss_denominators(batch, adv)
+    assert batch.extras["loss_denominators"].tokens == 6
+    ours = algo.policy_loss(lp, batch, adv).loss
+    layout = step_rows_to_verl(rows, adv.float(), None, 0, loss_mask=loss_tokens(mask, mu))
+    assert int(layout["batch"]["response_mask"].sum()) == 6
+    assert float(ours) == pytest.approx(float(verl_actor_loss(layout, lp)), abs=1e-6)
+
+
+class RecordingGroups:
+    """verl's worker groups as ``VerlBackend._update`` uses them: recomputed log-probs, and the update batch kept."""
+
+    ref = critic = None
+
+    def __init__(self, actor_logprobs: torch.Tensor) -> None:
+        self.actor_logprobs = actor_logprobs
+        self.updates: list = []
+
+    def log_probs(self, proto):
+        return self.actor_logprobs.float()
+
+    def update_actor(self, proto, mini_batches, epochs, seed):
+        self.updates.append(proto)
+        return {"actor/pg_loss": [0.1]}
+
+
+def verl_backend(groups: RecordingGroups, *overrides: str):
+    from omegaconf import OmegaConf
+
+    from agentr1_core.algorithms.components import GRPO
+    from agentr1_core.config import RunConfig
+    from agentr1_core.verl.trainer import VerlBackend
+
+    backend = VerlBackend.__new__(VerlBackend)
+    backend.cfg = OmegaConf.merge(OmegaConf.structured(RunConfig), OmegaConf.from_dotlist(list(overrides)))
+    backend.algorithm, backend.groups, backend.pad_id = GRPO(), groups, 0
+    return backend
+
+
+def step_rows(rewards):
+    from agentr1_core.trainers.batching import StepRow, StepRows
+
+    rows, _, _, mu, _, _ = off_policy_case()
+    return StepRows(rows=[StepRow(prompt_ids=r.prompt_ids, response_ids=r.response_ids, old_logprobs=r.old_logprobs,
+                                  traj=i, group=0, step_index=0, reward=reward, done=True, truncated=False)
+                          for i, (r, reward) in enumerate(zip(rows, rewards))],
+                    traj_uids=["a", "b"], group_keys=["g"]), mu
+
+
+def test_the_verl_update_batch_leaves_nonfinite_tokens_out_and_logs_token_means():
+    """``VerlBackend._update`` with the decoupled correction: the tokens with a NaN engine or -inf recomputed
+    log-prob are out of verl's loss (``response_mask``), no NaN reaches verl, and the weights' and mismatch metrics
+    are those of the local trainer's functions over the same tokens."""
+    from agentr1_core.algorithms.losses import OffPolicyCorrection, proximal_weights
+    from agentr1_core.algorithms.mismatch import mismatch_metrics
+
+    _, mask, prox, _, _, _ = off_policy_case()
+    steps, mu = step_rows([1.0, 0.0])
+    groups = RecordingGroups(prox)
+    out = verl_backend(groups, "trainer.off_policy_correction=decoupled", "trainer.importance_cap_mode=mask")._update(
+        steps, [], 1)
+    batch = groups.updates[0].batch
+    assert batch["response_mask"].tolist() == [[1, 0, 1, 1], [1, 1, 0, 0]]
+    assert all(bool(torch.isfinite(batch[k]).all()) for k in ("old_log_probs", "rollout_is_weights"))
+    _, tally, _ = proximal_weights(prox.float(), mu, mask, OffPolicyCorrection("decoupled", cap_mode="mask"))
+    assert out["offpolicy/is_weight_mean"] == pytest.approx(tally.metrics()["offpolicy/is_weight_mean"], rel=1e-6)
+    assert out["offpolicy/is_capped_fraction"] == pytest.approx(tally.capped / 5)
+    expected = mismatch_metrics(mu, prox.float() * mask, mask)
+    assert all(out[k] == pytest.approx(v, rel=1e-6) for k, v in expected.items())
+    assert out["update_skipped"] == 0 and all(v == v for v in out.values() if isinstance(v, float))
+
+
+def test_the_verl_update_without_a_gradient_is_skipped_unless_asked():
+    """Both steps of the only group scored the same: every advantage is 0, no row carries a gradient, and verl's
+    optimizer is not called; ``trainer.step_without_gradient=true`` calls it as before."""
+    steps, _ = step_rows([1.0, 1.0])
+    groups = RecordingGroups(torch.zeros(2, 4))
+    out = verl_backend(groups)._update(steps, [], 1)
+    assert groups.updates == [] and out["update_skipped"] == 1 and out["optimizer_steps"] == 0
+    out = verl_backend(groups, "trainer.step_without_gradient=true")._update(steps, [], 1)
+    assert len(groups.updates) == 1 and out["update_skipped"] == 0
