@@ -17,6 +17,10 @@
 #   --exclude PATTERN        never bundle a distribution whose name matches (shell pattern, e.g. 'nvidia-*');
 #                            repeatable
 #   -c, --constraint FILE    pip constraints for the resolution; repeatable
+#   --ours-only              bundle our wheels and their dependencies alone (no GPU stack: enough for the local
+#                            backend on the target's own torch)
+#   --build REQ              a requirement published only as a source archive: built here into a wheel (it must be
+#                            pure Python) and offered to the resolution; repeatable    [antlr4-python3-runtime==4.9.3]
 #   --no-deps                bundle exactly the requirements and our wheels, no dependencies
 #   --split-mb N             split files larger than N MiB into parts of N MiB (N may be fractional), so that no
 #                            file is larger than what a transfer allows
@@ -27,6 +31,8 @@
 # The GPU stack (the default requirements): vllm==0.24.0 (its wheel is 266 MiB, pins torch 2.11.0 and links
 # libcudart.so.13), verl==0.9.1 with transformers==5.9.0 (verl wants < 5.11), ray[default]==2.60.0, fastapi,
 # uvicorn, their dependencies, and our wheels (core, the offline model, the search tools of the hotpotqa recipes).
+# hydra-core (verl) needs antlr4-python3-runtime 4.9, which has no wheel: --build makes one here (without it, pip
+# would settle for a hydra-core from 2019 that has no such dependency).
 # The resolution is pip's own, for the target's Python and platform (--only-binary=:all:): every `--have` pin is
 # installed as an empty stand-in package into a scratch environment, so pip keeps what the target has where it fits
 # and fetches nothing of it (pass the target's torch there, and nothing of CUDA's wheels is downloaded).
@@ -52,9 +58,13 @@ HAVE_FILES=()
 EXCLUDES=()
 CONSTRAINTS=()
 NO_DEPS=0
+OURS_ONLY=0
+BUILDS=()
+BUILDS_GIVEN=0
 SPLIT_MB=""
 PY=${PYTHON:-python3}
 DEFAULT_REQS=("vllm==0.24.0" "verl==0.9.1" "transformers==5.9.0" "ray[default]==2.60.0" "fastapi" "uvicorn")
+DEFAULT_BUILDS=("antlr4-python3-runtime==4.9.3")
 
 need_value() { if [ "$#" -lt 2 ] || [ -z "$2" ]; then die "$1 needs a value (see --help)"; fi; }
 while [ "$#" -gt 0 ]; do
@@ -70,6 +80,8 @@ while [ "$#" -gt 0 ]; do
     --exclude) need_value "$@"; EXCLUDES+=("$2"); shift 2 ;;
     -c|--constraint) need_value "$@"; CONSTRAINTS+=("$2"); shift 2 ;;
     --no-deps) NO_DEPS=1; shift ;;
+    --ours-only) OURS_ONLY=1; shift ;;
+    --build) need_value "$@"; BUILDS+=("$2"); BUILDS_GIVEN=1; shift 2 ;;
     --split-mb) need_value "$@"; SPLIT_MB=$2; shift 2 ;;
     --python) need_value "$@"; PY=$2; shift 2 ;;
     *) die "unknown argument '$1' (see --help)" ;;
@@ -89,11 +101,6 @@ for f in "${REQ_FILES[@]}" "${HAVE_FILES[@]}" "${CONSTRAINTS[@]}"; do
 done
 command -v "$PY" >/dev/null 2>&1 || die "no Python interpreter '$PY' (set --python or PYTHON)"
 "$PY" -c 'import venv' 2>/dev/null || die "$PY cannot create virtual environments (the venv module is missing)"
-HOST_VERSION=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-if [ "$HOST_VERSION" != "$PY_VERSION" ]; then
-  echo "gpu_bundle: warning: $PY is Python $HOST_VERSION; pip reads environment markers (python_version > ...) for" \
-    "$HOST_VERSION, not $PY_VERSION: --python with a Python $PY_VERSION resolves exactly what the target needs" >&2
-fi
 if [ -e "$OUT" ] && [ -n "$(ls -A "$OUT" 2>/dev/null)" ]; then
   die "$OUT exists and is not empty: name a new folder with --out"
 fi
@@ -101,7 +108,13 @@ if [ "${#PLATFORMS[@]}" -eq 0 ]; then
   PLATFORMS=(manylinux1_x86_64 manylinux2010_x86_64 manylinux2014_x86_64)
   for n in $(seq 5 39); do PLATFORMS+=("manylinux_2_${n}_x86_64"); done
 fi
-if [ "${#REQS[@]}" -eq 0 ] && [ "${#REQ_FILES[@]}" -eq 0 ]; then REQS=("${DEFAULT_REQS[@]}"); fi
+if [ "$OURS_ONLY" -eq 1 ]; then
+  if [ "${#REQS[@]}" -gt 0 ] || [ "${#REQ_FILES[@]}" -gt 0 ]; then die "--ours-only takes no --only or --requirements"; fi
+  [ "$OURS" != none ] || die "--ours-only with --ours none leaves nothing to bundle"
+elif [ "${#REQS[@]}" -eq 0 ] && [ "${#REQ_FILES[@]}" -eq 0 ]; then
+  REQS=("${DEFAULT_REQS[@]}")
+  [ "$BUILDS_GIVEN" -eq 1 ] || BUILDS=("${DEFAULT_BUILDS[@]}")
+fi
 
 OUR_DIRS=()
 case "$OURS" in
@@ -117,6 +130,11 @@ case "$OURS" in
      done ;;
 esac
 
+HOST_VERSION=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+if [ "$HOST_VERSION" != "$PY_VERSION" ]; then
+  echo "gpu_bundle: warning: $PY is Python $HOST_VERSION; pip reads environment markers (python_version > ...) for" \
+    "$HOST_VERSION, not $PY_VERSION: --python with a Python $PY_VERSION resolves exactly what the target needs" >&2
+fi
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 WORK=$(mktemp -d)
@@ -145,6 +163,15 @@ if [ "${#OUR_DIRS[@]}" -gt 0 ]; then
   echo "gpu_bundle: building ${#OUR_DIRS[@]} wheel(s) of this checkout"
   "$PIP_PY" -m pip wheel -q --no-deps -w "$WORK/ours" "${OUR_DIRS[@]}"
   for w in "$WORK"/ours/*.whl; do cp "$w" "$OUT/"; OUR_WHEELS+=("$OUT/$(basename "$w")"); done
+fi
+
+# -- source-only requirements, built here into wheels --------------------------------------------------------------
+if [ "${#BUILDS[@]}" -gt 0 ]; then
+  echo "gpu_bundle: building ${#BUILDS[@]} wheel(s) from source archives: ${BUILDS[*]}"
+  "$PIP_PY" -m pip wheel -q --no-deps --no-binary :all: -w "$WORK/built" "${BUILDS[@]}"
+  for w in "$WORK"/built/*.whl; do
+    case "$w" in *-none-any.whl) cp "$w" "$OUT/" ;; *) die "$(basename "$w") is not pure Python: it cannot be built here for another platform" ;; esac
+  done
 fi
 
 # -- the resolution: which wheels, in which versions ---------------------------------------------------------------
@@ -196,8 +223,7 @@ EOF
     "$PIP_PY" -m pip --python "$WORK/have-env/bin/python" install -q --no-index --no-deps "${stubs[@]}"
   fi
   echo "gpu_bundle: resolving for Python $PY_VERSION (${#stubs[@]} packages of the target kept where they fit)"
-  FIND_OURS=()
-  [ "${#OUR_WHEELS[@]}" -gt 0 ] && FIND_OURS=(--find-links "$OUT")
+  FIND_OURS=(--find-links "$OUT")
   "$PIP_PY" -m pip --python "$WORK/have-env/bin/python" install -q --dry-run --report "$WORK/report.json" \
     "${TARGET[@]}" "${CONSTRAINT_ARGS[@]}" "${FIND_OURS[@]}" "${REQ_ARGS[@]}" "${OUR_WHEELS[@]}" \
     || die "pip could not resolve the stack for Python $PY_VERSION (its message is above)"
