@@ -38,6 +38,7 @@ from agentr1_core.trainers.loop import TrainingLoop
 from agentr1_core.trainers.update import off_policy_correction
 
 # verl's metric names -> the local trainer's (both are written: the local name and ``verl/<name>``)
+from agentr1_core.trainers.roles import check_recompute_mode
 LOCAL_NAMES = {"loss": "loss", "grad_norm": "grad_norm", "actor/pg_loss": "pg_loss", "actor/pg_clipfrac":
                "clip_fraction", "actor/ppo_kl": "approx_kl", "actor/entropy_loss": "entropy", "kl_loss": "kl",
                "critic/vf_loss": "value_loss", "critic/vf_clipfrac": "value_clip_fraction", "sft_nll": "sft_nll"}
@@ -137,6 +138,7 @@ class VerlBackend:
         if correction is not None and correction.mode == "tis":
             raise ConfigError("config error at trainer.off_policy_correction: tis is not available on the verl "
                               "backend (verl's loss takes its ratio to the old policy); use decoupled")
+        check_recompute_mode(cfg.trainer.recompute_old_logprobs)  # bad input fails before any worker starts
         self.algorithm = run.algorithm
         self.device = pick_device(self.n_gpus)
         os.environ.update(verl_compat.compat_environment())  # inherited by the Ray workers started below
@@ -312,10 +314,13 @@ class VerlBackend:
         t_score = time.perf_counter()
         scoring = proto()
         correction = off_policy_correction(cfg)
-        # several optimizer steps per rollout, stale rollouts or the decoupled correction: the current weights'
-        # log-probs are "old" (the proximal policy)
-        recompute = (int(tr.update_epochs) > 1 or int(tr.mini_batches) > 1 or int(tr.max_staleness) > 0
-                     or correction is not None)
+        # the rollout engines sample a copy of the actor's weights (maybe in another precision), so ``auto`` (and
+        # ``true``) recompute the old log-probs with the actor and log the engine-vs-actor gap every iteration, as the
+        # local trainer does for an engine that does not run its own module; several optimizer steps per rollout,
+        # stale rollouts or the decoupled correction need the current weights' log-probs (the proximal policy) even
+        # with ``false``
+        recompute = (check_recompute_mode(tr.recompute_old_logprobs) != "false" or int(tr.update_epochs) > 1
+                     or int(tr.mini_batches) > 1 or int(tr.max_staleness) > 0 or correction is not None)
         is_weights = behaviour = None
         if recompute:
             actor = self.groups.log_probs(scoring)[:, :width] * batch.action_mask

@@ -6,7 +6,9 @@ Each backend runs the real CLI in a subprocess on the tiny task (a tiny random L
   stops the run with a checkpoint (exit 143), ``--resume`` finishes it. Every stage and validation label is there,
   every iteration is logged exactly once, every iteration record has the keys every backend must write, the data
   order is reshuffled at each epoch, and the first mini-batch of the first RL iteration is on-policy (its ratio, KL
-  to the old policy and KL to the reference are 0 up to float noise, no token clipped).
+  to the old policy and KL to the reference are 0 up to float noise, no token clipped). Every RL iteration, before
+  and after the stop, samples the weights it trains (the engines' prefix caches on): the engine's log-probs are
+  within 1e-3 of the trainer's (fp32).
 * **rollouts ahead of the update** (``trainer.max_staleness=1`` with the decoupled correction): the same stop and
   resume in the middle of the pipeline: the rollout in flight is discarded and said so, the resumed run trains every
   iteration once, every trained row is at most one update old, the last iteration trains on a rollout one update
@@ -35,9 +37,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
-BACKENDS = {
-    "local": [],
-    "ray": ["trainer.name=ray", "trainer.params.rollout_workers=2", "trainer.params.worker_cpus=0.5",
+BACKENDS = {  # local and ray update with AdamW's fused kernel, CUDA's default (verl has its own optimizer)
+    "local": ["trainer.optimizer_kernel=fused"],
+    "ray": ["trainer.name=ray", "trainer.optimizer_kernel=fused", "trainer.params.rollout_workers=2", "trainer.params.worker_cpus=0.5",
             "trainer.params.object_store_mb=200"],
     "verl": ["trainer.name=verl", "trainer.params.rollout_workers=1", "trainer.params.num_cpus=6",
              "trainer.params.object_store_mb=300"],
@@ -47,7 +49,7 @@ SCENARIO = ["stages=[sft,rl]", "trainer.total_steps=3", "validation.every=2", "v
             f"data.train.train_size={TRAIN_ROWS}", f"data.val.train_size={TRAIN_ROWS}", f"sft.rows={TRAIN_ROWS}",
             "rollout.batch_size=2", "rollout.n=2", "rollout.max_new_tokens=16", "trainer.checkpoint_every=1",
             "trainer.skip_inert_rows=false", "algorithm.kl_coef=0.001", "seed=3", "trainer.train_layers=1",
-            "trainer.keep_checkpoints=2"]
+            "trainer.keep_checkpoints=2", "engine.prefix_cache_mb=128"]
 # keys every backend writes in every RL iteration record (the rollout's, the update's, the on-policy checks)
 ITERATION_KEYS = {
     "iteration", "data_epoch", "episodes", "reward_mean", "reward_std", "return_mean", "success_rate",
@@ -55,6 +57,7 @@ ITERATION_KEYS = {
     "rollout_tok_s", "train_steps", "nonfinite_logprob_steps", "adv/adv_mean", "loss", "pg_loss", "grad_norm",
     "clip_fraction", "approx_kl", "entropy", "kl", "update_tok_s", "publish_seconds", "iteration_seconds",
     "peak_rss_mb", "weight_change", "onpolicy/approx_kl", "onpolicy/clip_fraction", "onpolicy/ref_kl",
+    "logprob_gap_max",
 }
 SFT_KEYS = {"event", "expert_episodes", "expert_success_rate", "expert_reward_mean", "expert_terminations",
             "expert_tool_errors", "sft_steps", "sft_nll", "publish_seconds", "peak_rss_mb"}
@@ -163,6 +166,10 @@ def test_stages_stop_and_resume_agree_on_every_backend(backend, tiny_model_dir, 
     first = iters[0]  # SFT's weights, just published: the rollout and the update see the same policy
     assert first["onpolicy/approx_kl"] < 1e-5 and first["onpolicy/clip_fraction"] == 0.0, first
     assert first["onpolicy/ref_kl"] < 1e-5, first  # the reference is the policy as RL starts
+    # every rollout sampled the weights just published (after SFT, an update, or the restored checkpoint), with no
+    # prefix computed under older weights: the engine's log-probs are the trainer's up to fp32 noise
+    gaps = [r["logprob_gap_max"] for r in iters]
+    assert all(0.0 <= gap <= 1e-3 for gap in gaps), gaps
 
     # every RL iteration starts an epoch or continues one; each new epoch has a new order
     assert [r["data_epoch"] for r in iters] == [1, 1, 2]
@@ -197,6 +204,11 @@ def test_rollouts_ahead_of_the_update_stop_and_resume_mid_pipeline_on_every_back
         assert not missing, f"iteration {rec['iteration']} lacks {sorted(missing)}"
         assert rec["async/staleness_max"] <= 1 and rec["async/dropped_stale_rows"] == 0
         assert rec["async/staleness_0"] + rec["async/staleness_1"] == rec["train_steps"]
+        # the decoupled weights and the mismatch diagnostics are over the same tokens, pi_prox / mu on every backend:
+        # ESS = mean(w)^2 / mean(w^2)
+        assert rec["update_skipped"] == 0 and rec["mismatch/k3_kl"] >= 0
+        assert rec["mismatch/ess"] == pytest.approx(rec["offpolicy/is_weight_mean"] ** 2 / (rec["mismatch/chi2"] + 1),
+                                                    rel=1e-6)
     # the first rollout of each process has the newest weights; the next one ran beside the update before it
     expected = {1: [0, 0, 1], 2: [0, 1, 0], 3: [0, 1, 1]}[stopped_at]
     assert [r["async/staleness_max"] for r in iters] == expected
@@ -220,3 +232,30 @@ def test_a_run_whose_every_episode_fails_stops_on_every_backend(backend, tiny_mo
     assert "every episode of iteration 1 ended in an env error" in out and "injected env failure" in out, out[-3000:]
     assert not iterations(run_dir)  # nothing was trained on
     assert [r["stage"] for r in records(run_dir) if r.get("event") == "stopped"] == ["iteration 1"]
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_remax_scores_one_greedy_episode_per_row_and_trains_on_the_samples_on_every_backend(backend, tiny_model_dir,
+                                                                                           tmp_path, request):
+    """ReMax: every row of the rollout gets one greedy episode beside its samples (through the backend's own rollout
+    path: this process's engine, or the rollout workers); it is scored as the row's baseline, not trained on and not
+    counted as a training episode."""
+    run_dir = tmp_path / backend
+    cmd = command(python_for(backend, request), backend, tiny_model_dir, run_dir, "algorithm.name=remax",
+                  "stages=[rl]", "data.val=null", "trainer.total_steps=1", "trainer.checkpoint_every=-1",
+                  "rollout.batch_size=2", "rollout.n=2", "rollout.max_new_tokens=16", "trainer.keep_train_episodes=6",
+                  "seed=5")
+    proc = subprocess.run(cmd, cwd=ROOT, env=environment(), capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    [rec] = iterations(run_dir)
+    episodes = [json.loads(line) for line in (run_dir / "episodes" / "train" / "iter_000001.jsonl").read_text()
+                .splitlines()]
+    greedy = [e for e in episodes if e["uid"].endswith("/greedy")]
+    sampled = [e for e in episodes if not e["uid"].endswith("/greedy")]
+    assert sorted(e["uid"] for e in greedy) == ["it1-0/greedy", "it1-1/greedy"] and len(sampled) == 4
+    assert all(e["task_id"] == s["task_id"] for e in greedy for s in sampled if s["uid"].split("/")[0]
+               == e["uid"].split("/")[0])  # the greedy episode plays its samples' row
+    assert rec["episodes"] == 4 and rec["remax/greedy_episodes"] == 2 and rec["remax/missing_baselines"] == 0
+    assert rec["train_steps"] == sum(len(e["steps"]) for e in sampled)  # no row from a greedy episode
+    returns = [sum(s["reward"] for s in e["steps"]) for e in greedy]
+    assert rec["remax/greedy_return_mean"] == pytest.approx(sum(returns) / 2)
