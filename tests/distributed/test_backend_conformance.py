@@ -204,6 +204,11 @@ def test_rollouts_ahead_of_the_update_stop_and_resume_mid_pipeline_on_every_back
         assert not missing, f"iteration {rec['iteration']} lacks {sorted(missing)}"
         assert rec["async/staleness_max"] <= 1 and rec["async/dropped_stale_rows"] == 0
         assert rec["async/staleness_0"] + rec["async/staleness_1"] == rec["train_steps"]
+        # the decoupled weights and the mismatch diagnostics are over the same tokens, pi_prox / mu on every backend:
+        # ESS = mean(w)^2 / mean(w^2)
+        assert rec["update_skipped"] == 0 and rec["mismatch/k3_kl"] >= 0
+        assert rec["mismatch/ess"] == pytest.approx(rec["offpolicy/is_weight_mean"] ** 2 / (rec["mismatch/chi2"] + 1),
+                                                    rel=1e-6)
     # the first rollout of each process has the newest weights; the next one ran beside the update before it
     expected = {1: [0, 0, 1], 2: [0, 1, 0], 3: [0, 1, 1]}[stopped_at]
     assert [r["async/staleness_max"] for r in iters] == expected
