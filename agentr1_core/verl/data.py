@@ -181,6 +181,14 @@ def token_budget(cfg: Any) -> int | None:
     return max(budget, int(cfg.rollout.max_prompt_tokens) + int(cfg.rollout.max_new_tokens))
 
 
+def critic_prefix_tokens(cfg: Any) -> int:
+    """The most tokens ``critic.prefix`` adds to a row the critic reads (0 without a prefix)."""
+    prefix = getattr(getattr(cfg, "critic", None), "prefix", None)
+    if prefix is None or (getattr(prefix, "template", None) is None and getattr(prefix, "field", None) is None):
+        return 0
+    return int(getattr(prefix, "max_tokens", 0) or 0)
+
+
 def verl_config(cfg: Any, algorithm: Any, n_gpus: int = 1, nnodes: int = 1, model_path: str | None = None,
                 device: str = "cuda", attn_implementation: str | None = None) -> dict[str, Any]:
     """verl 0.9 ``actor_rollout_ref`` / ``critic`` / ``trainer`` settings for an agentr1 run config.
@@ -235,6 +243,7 @@ def verl_config(cfg: Any, algorithm: Any, n_gpus: int = 1, nnodes: int = 1, mode
     }
     if getattr(algorithm, "needs_critic", False):
         value_clip = getattr(algorithm, "value_clip", None)
+        critic_budget = dynamic + critic_prefix_tokens(cfg) if dynamic else None  # its rows carry the prefix too
         out["critic"] = {
             "enable": True, "strategy": actor["strategy"],
             "model": {"path": path, "use_remove_padding": True, "enable_gradient_checkpointing": checkpointing,
@@ -242,7 +251,8 @@ def verl_config(cfg: Any, algorithm: Any, n_gpus: int = 1, nnodes: int = 1, mode
             "optim": {"lr": float(tr.critic_lr), "weight_decay": float(tr.weight_decay),
                       "betas": [float(b) for b in tr.betas], "total_training_steps": int(tr.total_steps)},
             "fsdp": dict(engine), "ppo_micro_batch_size_per_gpu": micro, "use_dynamic_bsz": dynamic is not None,
-            **({"ppo_max_token_len_per_gpu": dynamic, "forward_max_token_len_per_gpu": dynamic} if dynamic else {}),
+            **({"ppo_max_token_len_per_gpu": critic_budget, "forward_max_token_len_per_gpu": critic_budget}
+               if dynamic else {}),
             "ppo_mini_batch_size": actor["ppo_mini_batch_size"], "ppo_epochs": int(tr.update_epochs),
             "grad_clip": float(tr.max_grad_norm),
             # one value per step (read before its first action token): token-mean over those is a mean over steps

@@ -13,7 +13,9 @@ Checkpoints: verl's actor (and critic) checkpoint plus the loop's state and the 
 ``run_dir/checkpoints/verl_iter_NNNNNN``, renamed into place when complete.
 
 Every registered algorithm runs here: critic-free ones (GRPO, Dr.GRPO, RLOO, REINFORCE, REINFORCE++, GiGPO) and the
-critic ones (PPO, StepPO), whose critic is verl's value-model worker with its own optimizer. ``trainer.train_layers``
+critic ones (PPO, StepPO), whose critic is verl's value-model worker with its own optimizer (with ``critic.prefix``
+it reads each step after the row's privileged prefix, ``algorithms.critic_prefix``; the actor never does), and
+ReMax, whose greedy episodes run on the rollout workers beside the sampled ones. ``trainer.train_layers``
 freezes all but the actor's top blocks, as in the local trainer (the critic trains fully). Not supported: publishing
 un-merged LoRA adapters. ``device``: CUDA when torch sees a GPU, else the CPU platform of ``cpu_platform``
 (FSDP2 over gloo).
@@ -30,6 +32,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from agentr1_core.algorithms.critic_prefix import critic_prefixes
 from agentr1_core.config import ConfigError
 from agentr1_core.distributed.settings import ClusterSettings
 from agentr1_core.lifecycle.run_dir import VERL_STATE_FILE, verl_checkpoint_dirs
@@ -122,6 +125,7 @@ class VerlBackend:
         self._last_weights: dict[str, Any] | None = None
         self._snapshot_metrics: dict[str, Any] = {}
         self._asleep = False  # the rollout engines were put to sleep and are woken when weights are published
+        self.critic_prefix: Any = None  # algorithms.critic_prefix.CriticPrefixes when critic.prefix is set
 
     # -- build --------------------------------------------------------------------------------------------------
     def build(self, run: RunInputs) -> str:
@@ -152,6 +156,10 @@ class VerlBackend:
         _, self.tokenizer = load_model_and_tokenizer(self.model_path, dtype="float32", device="cpu")
         self.pad_id = (self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None
                        else self.tokenizer.eos_token_id)
+        # critic.prefix: every training row's privileged prefix for the critic, tokenised once (and recorded)
+        self.critic_prefix = critic_prefixes(cfg, self.algorithm, run.train_rows, self.tokenizer)
+        if self.critic_prefix is not None:
+            self.critic_prefix.record(run.run_dir)
         self.owns_ray = init_ray(self.settings)
         container = OmegaConf.to_container(cfg, resolve=True)
         container["model"]["path"] = self.model_path
@@ -177,8 +185,9 @@ class VerlBackend:
             self._last_weights = start
         trained = (f", {self.groups.trainable_params / 1e6:.2f}M trainable params"
                    if self.groups.trainable_params is not None else "")
+        prefix_line = f"; {self.critic_prefix.line()}" if self.critic_prefix is not None else ""
         return (f"verl on {self.device} ({self.n_gpus} rank(s), workers started in {seconds:.1f}s{trained}); "
-                f"model {self.model_path}")
+                f"model {self.model_path}{prefix_line}")
 
     # -- rollouts -----------------------------------------------------------------------------------------------
     def rollout(self, rows: list[dict[str, Any]], n: int, sampling: Any, *, policy: str = "model",
@@ -288,6 +297,8 @@ class VerlBackend:
     def rl_update(self, steps: Any, trajectories: list[Any], iteration: int) -> dict[str, Any]:
         self._asleep = self.engines_sleep
         metrics = {"dist/sleep_seconds": self._engines("sleep") if self._asleep else 0.0}
+        if self.critic_prefix is not None:  # the critic reads each row after its privileged prefix
+            metrics.update(self.critic_prefix.attach(steps.rows, trajectories))
         metrics.update(self._update(steps, trajectories, iteration))
         return metrics
 
@@ -295,7 +306,7 @@ class VerlBackend:
         """Scores, advantages and the verl updates of one rollout batch; returns metrics."""
         from agentr1_core.algorithms.losses import proximal_weights
         from agentr1_core.algorithms.mismatch import mismatch_metrics
-        from agentr1_core.trainers.batching import build_step_batch
+        from agentr1_core.trainers.batching import build_step_batch, critic_view
         from agentr1_core.verl.data import loss_tokens, step_rows_to_verl, to_dataproto
 
         cfg, tr = self.cfg, self.cfg.trainer
@@ -310,6 +321,15 @@ class VerlBackend:
             adv = advantages if advantages is not None else torch.zeros(len(steps.rows), width)
             return to_dataproto(step_rows_to_verl(steps.rows, adv, returns, self.pad_id, steps.group_keys,
                                                   steps.traj_uids, meta=meta, **extra))
+
+        def critic_proto() -> Any:
+            """The rows as the critic reads them: ``critic.prefix``'s token ids before each prompt (the rows
+            themselves without one); verl's critic reads its value before the first response token as always."""
+            import torch
+
+            rows = [critic_view(r) for r in steps.rows]
+            return to_dataproto(step_rows_to_verl(rows, torch.zeros(len(rows), width), None, self.pad_id,
+                                                  steps.group_keys, steps.traj_uids, meta=meta))
 
         t_score = time.perf_counter()
         scoring = proto()
@@ -334,7 +354,7 @@ class VerlBackend:
         if self.groups.ref is not None:
             batch.ref_logprobs = self.groups.ref_log_probs(scoring)[:, :width] * batch.action_mask
         if self.groups.critic is not None:
-            batch.values = self.groups.values(scoring)
+            batch.values = self.groups.values(critic_proto())
         out["score_seconds"] = time.perf_counter() - t_score
         out.update(self.algorithm.prepare_batch(batch, steps.rows, trajs) or {})
         adv = self.algorithm.compute_advantages(batch)
@@ -355,7 +375,7 @@ class VerlBackend:
                                        int(cfg.seed) * 100003 + iteration)
         out.update(self._named(got))
         if self.groups.critic is not None:
-            got = self.groups.update_critic(proto(), batch.values, adv.returns, int(tr.update_epochs),
+            got = self.groups.update_critic(critic_proto(), batch.values, adv.returns, int(tr.update_epochs),
                                             int(cfg.seed) * 100003 + iteration)
             out.update(self._named(got, critic=True))
         out["update_seconds"] = time.perf_counter() - t_upd

@@ -6,7 +6,9 @@ iteration needs, each taking a padded ``DataProto`` built by ``data.step_rows_to
 * ``update_actor``: verl's own actor update (``ppo_loss``: the mapped policy loss, entropy, KL to ``ref_log_prob``);
 * ``log_probs`` / ``ref_log_probs``: per-response-token log-probs of the actor / the reference (``[S, R]``);
 * ``values``: the critic's value per step, read before the step's first action token (column 0 of verl's
-  per-response-token values: the value head's output at the last prompt token);
+  per-response-token values: the value head's output at the last prompt token). The critic gets its own rows: with
+  ``critic.prefix`` each prompt starts with the row's privileged prefix ids (``batching.critic_view``), so column 0
+  is still the state before the first action token, now read after the prefix; the actor never sees them;
 * ``update_critic``: verl's clipped value loss with the critic's own optimizer, on one token per step (the
   response mask keeps only the first action token, so verl's ``token-mean`` is a mean over steps);
 * ``sft_update``: cross-entropy on the response tokens with the actor's optimizer (the warm-start stage);

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import math
 import os
 import subprocess
 import sys
@@ -308,3 +309,24 @@ def test_the_config_accepts_a_prefix_from_yaml_and_dotlist(tmp_path):
     assert PrefixSpec.from_config(cfg) == PrefixSpec(template="Answer: {ground_truth}\n", max_tokens=32)
     with pytest.raises(ConfigError, match="critic.prefix.colour"):
         load_config(str(path), ["critic.prefix.colour=1"])
+
+
+@pytest.mark.slow
+def test_steppo_with_a_critic_prefix_on_the_local_backend(tiny_model_dir, tmp_path):
+    """The CLI end to end: the prefix of every training row is checked and recorded, every step row the critic
+    reads carries its row's prefix, and the update runs with the critic's own pass."""
+    run_dir = tmp_path / "run"
+    template = "The correct answer is {ground_truth}. "
+    args = ["run", "tiny", f"model.path={tiny_model_dir}", f"run_dir={run_dir}", "algorithm.name=steppo",
+            "stages=[rl]", "data.val=null", "trainer.total_steps=1", "trainer.checkpoint_every=-1",
+            "algorithm.entropy_coef=0.01", f"critic.prefix.template='{template}'", "critic.prefix.max_tokens=32"]
+    env = {**os.environ, "TQDM_DISABLE": "1", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run([CLI, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    record = json.loads((run_dir / "critic_prefix.json").read_text())
+    assert record["template"] == template and record["rows"] == 16 and 6 <= record["tokens_max"] <= 32
+    assert f"critic prefix {record['sha256'][:12]} on 16 rows" in proc.stdout
+    [it] = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+            if '"iteration"' in line and '"event"' not in line]
+    assert record["tokens_mean"] - 2 <= it["critic_prefix_tokens_mean"] <= record["tokens_max"]
+    assert it["train_steps"] > 0 and math.isfinite(it["vf_loss"]) and it["weight_change"] > 0

@@ -18,6 +18,7 @@ from agentr1_core.algorithms.advantages import (  # noqa: E402
     rloo_advantages,
 )
 from agentr1_core.algorithms.base import StepBatch  # noqa: E402
+from agentr1_core.algorithms.remax import remax_advantages  # noqa: E402
 from agentr1_core.algorithms.losses import PolicyLossConfig, kl_penalty, policy_loss, value_loss  # noqa: E402
 
 TOL = 1e-6
@@ -48,6 +49,17 @@ def test_grpo_matches(seed, norm_by_std):
     ours = grpo_advantages(batch, norm_by_std=norm_by_std).advantages
     ref, _ = core.compute_grpo_outcome_advantage(token_rewards, mask, index, norm_adv_by_std_in_grpo=norm_by_std)
     assert torch.allclose(ours, ref, atol=TOL)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_remax_matches(seed):
+    """The greedy return of each row's group (one per group) as verl's ``reward_baselines``."""
+    batch, token_rewards, mask, index = single_step_case(seed)
+    greedy = torch.rand(int(index.max()) + 1, generator=torch.Generator().manual_seed(100 + seed), dtype=torch.float64)
+    baseline = greedy[torch.as_tensor(index)] * 3
+    batch.extras["greedy_returns"] = baseline
+    ref, _ = core.compute_remax_outcome_advantage(token_rewards, baseline, mask)
+    assert torch.allclose(remax_advantages(batch).advantages, ref, atol=TOL)
 
 
 @pytest.mark.parametrize("seed", range(5))

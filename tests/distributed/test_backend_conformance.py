@@ -232,3 +232,30 @@ def test_a_run_whose_every_episode_fails_stops_on_every_backend(backend, tiny_mo
     assert "every episode of iteration 1 ended in an env error" in out and "injected env failure" in out, out[-3000:]
     assert not iterations(run_dir)  # nothing was trained on
     assert [r["stage"] for r in records(run_dir) if r.get("event") == "stopped"] == ["iteration 1"]
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_remax_scores_one_greedy_episode_per_row_and_trains_on_the_samples_on_every_backend(backend, tiny_model_dir,
+                                                                                           tmp_path, request):
+    """ReMax: every row of the rollout gets one greedy episode beside its samples (through the backend's own rollout
+    path: this process's engine, or the rollout workers); it is scored as the row's baseline, not trained on and not
+    counted as a training episode."""
+    run_dir = tmp_path / backend
+    cmd = command(python_for(backend, request), backend, tiny_model_dir, run_dir, "algorithm.name=remax",
+                  "stages=[rl]", "data.val=null", "trainer.total_steps=1", "trainer.checkpoint_every=-1",
+                  "rollout.batch_size=2", "rollout.n=2", "rollout.max_new_tokens=16", "trainer.keep_train_episodes=6",
+                  "seed=5")
+    proc = subprocess.run(cmd, cwd=ROOT, env=environment(), capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    [rec] = iterations(run_dir)
+    episodes = [json.loads(line) for line in (run_dir / "episodes" / "train" / "iter_000001.jsonl").read_text()
+                .splitlines()]
+    greedy = [e for e in episodes if e["uid"].endswith("/greedy")]
+    sampled = [e for e in episodes if not e["uid"].endswith("/greedy")]
+    assert sorted(e["uid"] for e in greedy) == ["it1-0/greedy", "it1-1/greedy"] and len(sampled) == 4
+    assert all(e["task_id"] == s["task_id"] for e in greedy for s in sampled if s["uid"].split("/")[0]
+               == e["uid"].split("/")[0])  # the greedy episode plays its samples' row
+    assert rec["episodes"] == 4 and rec["remax/greedy_episodes"] == 2 and rec["remax/missing_baselines"] == 0
+    assert rec["train_steps"] == sum(len(e["steps"]) for e in sampled)  # no row from a greedy episode
+    returns = [sum(s["reward"] for s in e["steps"]) for e in greedy]
+    assert rec["remax/greedy_return_mean"] == pytest.approx(sum(returns) / 2)

@@ -64,15 +64,22 @@ def test_algorithm_crosscheck_runs_against_verl(verl_python):
 
 def test_steppo_with_kl_trains_its_critic_for_three_iterations_in_token_budgeted_micro_batches(
         verl_python, tiny_model_dir, tmp_path):
-    """Actor, critic and reference all run verl's dynamic micro-batches (``trainer.micro_batch_tokens``)."""
+    """Actor, critic and reference all run verl's dynamic micro-batches (``trainer.micro_batch_tokens``); the critic
+    reads every step after the row's privileged prefix (``critic.prefix``), which does not fit the actor's token
+    budget alone (its own budget has room for it)."""
     run_dir = tmp_path / "steppo"
-    cli_run(verl_python, tiny_model_dir, run_dir, "trainer.total_steps=3", "stages=[rl]", "algorithm.name=steppo",
-            "algorithm.kl_coef=0.01", "trainer.checkpoint_every=-1", "trainer.train_layers=0",
-            "trainer.micro_batch_tokens=256")
+    out = cli_run(verl_python, tiny_model_dir, run_dir, "trainer.total_steps=3", "stages=[rl]",
+                  "algorithm.name=steppo", "algorithm.kl_coef=0.01", "trainer.checkpoint_every=-1",
+                  "trainer.train_layers=0", "trainer.micro_batch_tokens=256",
+                  "critic.prefix.template='The correct answer is {ground_truth}. '", "critic.prefix.max_tokens=32")
+    record = json.loads((run_dir / "critic_prefix.json").read_text())
+    assert record["template"] == "The correct answer is {ground_truth}. " and len(record["sha256"]) == 64
+    assert f"critic prefix {record['sha256'][:12]} on 16 rows" in out  # the [setup] line: every training row
     records = iteration_records(run_dir)
     assert [r["iteration"] for r in records] == [1, 2, 3]
     for r in records:
         assert r["train_steps"] > 0
+        assert 6 <= r["critic_prefix_tokens_mean"] <= 32  # every step the critic read carried its row's prefix
         assert math.isfinite(r["value_loss"]) and math.isfinite(r["verl/critic/grad_norm"])
         assert math.isfinite(r["adv/value_mean"])  # advantages from the critic's per-step values
         assert math.isfinite(r["kl"])  # reference log-probs reached verl's KL loss

@@ -15,7 +15,7 @@ from agentr1_core.verl.data import (
     verl_config,
 )
 from agentr1_core.mdp import Step, Trajectory
-from agentr1_core.trainers.batching import build_step_batch, trajectories_to_rows
+from agentr1_core.trainers.batching import build_step_batch, critic_view, trajectories_to_rows
 
 PAD = 2
 
@@ -54,6 +54,31 @@ def test_layout_left_pads_prompts_right_pads_responses_and_keeps_ids():
     assert list(nt["step_index"]) == [0, 1, 0]
     assert out["meta_info"]["global_token_num"] == [5, 7, 4] and out["meta_info"]["temperature"] == 1.0
     assert batch.action_mask.tolist() == b["response_mask"].float().tolist()  # same token alignment as local
+
+
+def test_the_critics_layout_puts_the_prefix_before_the_prompt_and_keeps_the_response_columns():
+    """``critic.prefix`` on verl: the critic's rows are the actor's with the prefix ids before each prompt. Prompts
+    stay left-padded, so the last prompt column (where verl's critic reads the value before the first action token)
+    still holds each row's last prompt token and every response column is the actor's; a zero-length prefix gives
+    the actor's layout exactly."""
+    steps = _rollout()
+    zeros = torch.zeros(3, 3)
+    actor = step_rows_to_verl(steps.rows, zeros, None, PAD)["batch"]
+    for row in steps.rows:
+        row.critic_prefix_ids = []
+    empty = step_rows_to_verl([critic_view(r) for r in steps.rows], zeros, None, PAD)["batch"]
+    assert all(torch.equal(empty[k], actor[k]) for k in actor)
+    for row in steps.rows:
+        row.critic_prefix_ids = [901, 902]
+    critic = step_rows_to_verl([critic_view(r) for r in steps.rows], zeros, None, PAD)["batch"]
+    assert critic["prompts"].tolist() == [[PAD, PAD, PAD, 901, 902, 5, 6, 7], [901, 902, 5, 6, 7, 8, 9, 10],
+                                          [PAD] * 5 + [901, 902, 5]]
+    for k in ("responses", "response_mask"):
+        assert torch.equal(critic[k], actor[k]), k
+    assert critic["prompts"][:, -1].tolist() == actor["prompts"][:, -1].tolist()
+    # positions count the prefix: the first response token of row 0 sits at position 2 + 3
+    assert critic["position_ids"][0, 8].item() == 5 and actor["position_ids"][0, 6].item() == 3
+    assert [r.prompt_ids for r in steps.rows] == [[5, 6, 7], [5, 6, 7, 8, 9, 10], [5]]  # the actor's rows untouched
 
 
 def test_layout_rejects_advantages_that_do_not_cover_the_responses():
@@ -103,6 +128,16 @@ def test_a_token_budget_becomes_verls_dynamic_micro_batches():
     small = verl_config(load_config("default", ["trainer.micro_batch_tokens=100"]), algo, attn_implementation="sdpa")
     longest = int(cfg.rollout.max_prompt_tokens) + int(cfg.rollout.max_new_tokens)
     assert small["actor_rollout_ref"]["actor"]["ppo_max_token_len_per_gpu"] == longest
+
+
+def test_the_critics_token_budget_has_room_for_the_critic_prefix():
+    """The critic's rows carry ``critic.prefix``'s tokens before the prompt: its cap grows by ``max_tokens``, the
+    actor's does not."""
+    overrides = ["trainer.micro_batch_tokens=4096", "critic.prefix.template='Answer: {ground_truth}'",
+                 "critic.prefix.max_tokens=64"]
+    out = verl_config(load_config("default", overrides), _algorithm("steppo"), attn_implementation="sdpa")
+    assert out["actor_rollout_ref"]["actor"]["ppo_max_token_len_per_gpu"] == 4096
+    assert out["critic"]["ppo_max_token_len_per_gpu"] == out["critic"]["forward_max_token_len_per_gpu"] == 4096 + 64
 
 
 @pytest.mark.parametrize("name,agg,mode,c", [
