@@ -101,24 +101,22 @@ if [ -n "$STAGE" ]; then
   carry=$CARRY
   limit=$BATCH_BYTES
   rm -rf "$carry"
-  batch=1
-  used=0
   mkdir -p "$carry/b01"
   cp "$STAGE/SHA256SUMS" "$STAGE/MANIFEST" "$carry/b01/"
-  used=$(( $(stat -c %s "$STAGE/SHA256SUMS") + $(stat -c %s "$STAGE/MANIFEST") ))
-  while read -r _ file; do
-    case "$file" in SHA256SUMS|MANIFEST) continue ;; esac
-    size=$(stat -c %s "$STAGE/$file")
+  # first fit, largest file first: each file goes into the first batch with room for it
+  used=($(( $(stat -c %s "$STAGE/SHA256SUMS") + $(stat -c %s "$STAGE/MANIFEST") )))
+  while read -r size file; do
     [ "$size" -le "$limit" ] || die "$file is $((size / 1048576)) MiB, more than --batch-mb $BATCH_MB: bundle again with a smaller --split-mb"
-    if [ $((used + size)) -gt "$limit" ]; then
-      batch=$((batch + 1))
-      used=0
-      mkdir -p "$carry/$(printf 'b%02d' "$batch")"
-    fi
-    ln "$STAGE/$file" "$carry/$(printf 'b%02d' "$batch")/$file" 2>/dev/null \
-      || cp "$STAGE/$file" "$carry/$(printf 'b%02d' "$batch")/$file"
-    used=$((used + size))
-  done < "$STAGE/SHA256SUMS"
+    i=0
+    while [ "$i" -lt "${#used[@]}" ] && [ $((used[i] + size)) -gt "$limit" ]; do i=$((i + 1)); done
+    [ "$i" -lt "${#used[@]}" ] || used+=(0)
+    used[i]=$((used[i] + size))
+    dir=$carry/$(printf 'b%02d' $((i + 1)))
+    mkdir -p "$dir"
+    ln "$STAGE/$file" "$dir/$file" 2>/dev/null || cp "$STAGE/$file" "$dir/$file"
+  done < <(awk '$2 != "MANIFEST" { print $2 }' "$STAGE/SHA256SUMS" \
+           | while read -r f; do echo "$(stat -c %s "$STAGE/$f") $f"; done | sort -k1,1nr -k2)
+  batch=${#used[@]}
   if ! git check-ignore -q "$carry" 2>/dev/null; then
     echo "gpu_check: warning: $carry is not ignored by git: add it to .git/info/exclude, or it travels with every" \
       "call" >&2
