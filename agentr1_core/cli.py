@@ -1,8 +1,9 @@
 """The ``agentr1-core`` command line: run | config show | config list | plugins, plus subcommands that plugins add.
 
 User mistakes (unknown plugin name, bad config key, type or value, missing file, unwritable or occupied run
-directory, full disk, a usage mistake) print one line to stderr and exit with code 2, without a traceback; overrides
-may come before or after flags. A run stopped by SIGTERM/SIGINT at a safe point exits with 128 + the signal number.
+directory, full disk, a usage mistake) print one line to stderr and exit with code 2, without a traceback (several
+mistakes found at once, such as two misspelled names or two bad rows: one line each); overrides may come before or
+after flags. A run stopped by SIGTERM/SIGINT at a safe point exits with 128 + the signal number.
 ``plugins`` imports no heavy library.
 """
 
@@ -189,7 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _fail(message: str) -> int:
-    print(f"agentr1-core: error: {message}", file=sys.stderr)
+    """Each line of ``message`` (several problems found at once: one a line) as its own ``error:`` line."""
+    for line in message.splitlines() or [message]:
+        print(f"agentr1-core: error: {line}", file=sys.stderr)
     return EXIT_USAGE
 
 

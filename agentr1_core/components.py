@@ -15,10 +15,17 @@ from typing import Any, Iterator
 
 from omegaconf import DictConfig, OmegaConf
 
-from agentr1_core.config import component
 from agentr1_core.errors import ConfigError, UserError
 from agentr1_core.kinds import RESERVED, config_keys, key_form
 from agentr1_core.plugins import Registry
+
+
+def component(cfg: DictConfig, key: str) -> tuple[str, dict[str, Any]]:
+    """``(name, params)`` of a ``{name: ..., **params}`` node (also importable from ``agentr1_core.config``)."""
+    node = OmegaConf.to_container(OmegaConf.select(cfg, key), resolve=True)
+    assert isinstance(node, dict)
+    node = dict(node)
+    return str(node.pop("name")), node
 
 
 def _validate(registry: Registry, kind: str, name: str, params: dict[str, Any], key: str) -> None:
@@ -61,17 +68,30 @@ def selected(cfg: DictConfig) -> Iterator[tuple[str, str, str, dict[str, Any]]]:
                 yield f"{path}[{i}]", kind, str(entry.pop("name")), entry
 
 
-def check_components(cfg: DictConfig, registry: Registry) -> None:
-    """Raise a one-line error for an unknown component name or a bad parameter anywhere in ``cfg``. Names are
-    looked up first (no imports), then each factory is imported and its params checked."""
-    chosen = list(selected(cfg))
-    for key, kind, name, _ in chosen:
+def unknown_names(cfg: DictConfig, registry: Registry) -> list[str]:
+    """One line per component name in ``cfg`` that no loaded plugin registers (looked up without imports)."""
+    problems = []
+    for key, kind, name, _ in selected(cfg):
         try:
             registry.get(kind, name)
         except UserError as exc:
-            raise ConfigError(f"config error at {key}: {exc}") from exc
-    for key, kind, name, params in chosen:
-        _validate(registry, kind, name, params, key)
+            problems.append(f"config error at {key}: {exc}")
+    return problems
+
+
+def check_components(cfg: DictConfig, registry: Registry) -> None:
+    """Raise a ``ConfigError`` for the unknown component names or bad parameters anywhere in ``cfg``, one line each.
+    Names are looked up first (no imports), then each factory is imported and its params checked."""
+    problems = unknown_names(cfg, registry)
+    if problems:
+        raise ConfigError("\n".join(problems))
+    for key, kind, name, params in selected(cfg):
+        try:
+            _validate(registry, kind, name, params, key)
+        except ConfigError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise ConfigError("\n".join(problems))
 
 
 def build_reward_fn(cfg: DictConfig, registry: Registry) -> Any:

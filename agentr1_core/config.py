@@ -6,11 +6,14 @@ another with ``base: NAME_OR_PATH`` (a named config that an installed distributi
 ``webshop``, or a path relative to the file). A layer or override that changes a component's ``name``
 (``env: {name: maze}`` over a base with ``tool_env``) starts that component afresh: the old one's params are not
 inherited; ``key.name=...`` overrides apply before the others. Every mistake becomes a ``ConfigError`` whose message
-is one line with the full key path; the CLI prints it and exits with code 2.
+is one line with the full key path; the CLI prints it and exits with code 2. Unknown keys are all reported at once
+(one line each), with the unknown component names of the rest of the config.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +22,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from agentr1_core import named_configs  # noqa: F401  (registers the ${package_data:...} resolver)
-from agentr1_core.errors import ConfigError
+from agentr1_core.components import component, unknown_names  # noqa: F401  (component: a config helper too)
+from agentr1_core.errors import ConfigError, suggest
 from agentr1_core.kinds import config_keys
 from agentr1_core.plugins import get_registry
 from agentr1_core.specs import ConfigSpec
@@ -234,12 +238,76 @@ def _read_yaml(path: Path, depth: int = 0) -> list[DictConfig]:
     return chain + [cfg]
 
 
+def _section(parts: list[str]) -> Any:
+    """The ``RunConfig`` section (a dataclass) at the key path ``parts``, or None where keys are free (component
+    nodes, ``trainer.params``) or the path is unknown."""
+    section: Any = RunConfig
+    for part in parts:
+        section = typing.get_type_hints(section).get(part)
+        if not dataclasses.is_dataclass(section):
+            return None
+    return section
+
+
+def _unknown_key(parts: list[str]) -> str | None:
+    """The error for the key path ``parts`` when a section of ``RunConfig`` lacks one of its keys, else None."""
+    for depth, part in enumerate(parts):
+        section = _section(parts[:depth])
+        if section is None:
+            return None
+        fields = [f.name for f in dataclasses.fields(section)]
+        if part not in fields:
+            return (f"config error at {'.'.join(parts[:depth + 1])}: Key {part!r} not in "
+                    f"{section.__name__!r}{suggest(part, fields)}")
+    return None
+
+
+def _drop_unknown_keys(layers: list[DictConfig], overrides: list[str]) -> tuple[list[str], list[str]]:
+    """``(problems, overrides)``: one line per unknown key of the YAML layers and the overrides, all of them; the
+    keys are taken out of the layers and the overrides returned without them, so that the rest can be checked."""
+    problems: dict[str, None] = {}
+
+    def walk(node: DictConfig, prefix: list[str]) -> None:  # in file order, into the sections of RunConfig only
+        for key in list(node.keys()):
+            parts = [*prefix, str(key)]
+            problem = _unknown_key(parts)
+            if problem:
+                problems[problem] = None
+                del node[key]
+            elif OmegaConf.is_dict(node._get_node(key)) and _section(parts) is not None:
+                walk(node._get_node(key), parts)
+
+    for layer in layers:
+        walk(layer, [])
+    kept = []
+    for item in overrides:
+        problem = _unknown_key(item.partition("=")[0].split("."))
+        if problem:
+            problems[problem] = None
+        else:
+            kept.append(item)
+    return list(problems), kept
+
+
+def _unknown_names(cfg: DictConfig) -> list[str]:
+    """The component names of ``cfg`` no plugin registers (to report them with the unknown keys, all at once)."""
+    from agentr1_core.plugins import Registry
+
+    try:
+        registry = Registry(cfg.plugins.allow, cfg.plugins.block).load_entry_points()
+        return unknown_names(cfg, registry)
+    except Exception:  # a malformed node: reported by the checks that follow once the keys are fixed
+        return []
+
+
 def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
-    """Merge defaults, the YAML chain of ``path`` (packaged ``default`` when None) and dotlist ``overrides``."""
+    """Merge defaults, the YAML chain of ``path`` (packaged ``default`` when None) and dotlist ``overrides``.
+    Unknown keys are reported all at once, with the unknown component names of the rest."""
     layers = _read_yaml(resolve_config_path(path or "default"))
     bad = [o for o in overrides if "=" not in o]
     if bad:
         raise ConfigError(f"override {bad[0]!r} must look like key.path=value")
+    unknown, overrides = _drop_unknown_keys(layers, list(overrides))
     try:
         cfg = OmegaConf.structured(RunConfig)
         for layer in layers:  # a layer that names another component replaces the node (no inherited params)
@@ -261,17 +329,12 @@ def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] 
             OmegaConf.update(cfg, key, value, merge=True)
         OmegaConf.resolve(cfg)
     except OmegaConfBaseException as exc:
-        raise ConfigError(_one_line(exc)) from exc
+        raise ConfigError("\n".join([*unknown, _one_line(exc)])) from exc
+    if unknown:
+        raise ConfigError("\n".join(unknown + _unknown_names(cfg)))
     for key in COMPONENT_KEYS:
         node = OmegaConf.select(cfg, key)
         if node is not None and not OmegaConf.select(cfg, f"{key}.name"):
             raise ConfigError(f"config error at {key}: a component needs a 'name'")
     return cfg
 
-
-def component(cfg: DictConfig, key: str) -> tuple[str, dict[str, Any]]:
-    """``(name, params)`` of a ``{name: ..., **params}`` node."""
-    node = OmegaConf.to_container(OmegaConf.select(cfg, key), resolve=True)
-    assert isinstance(node, dict)
-    node = dict(node)
-    return str(node.pop("name")), node

@@ -48,6 +48,8 @@ class AgentEnv:
 
 
 def _build_tools(specs: list[Any]) -> dict[str, BaseTool]:
+    """The tools of ``env.tools``; a tool whose constructor raises is named in the error (``failed_to_start``)."""
+    from agentr1_core.errors import failed_to_start
     from agentr1_core.plugins import PluginError, get_registry
 
     registry = get_registry()
@@ -60,7 +62,11 @@ def _build_tools(specs: list[Any]) -> dict[str, BaseTool]:
             name = cfg.pop("name", None)
             if not name:
                 raise PluginError(f"env.tools[{i}]: each tool needs a name")
-            tool = registry.build("tool", name, cfg, where=f"env.tools[{i}]")
+            factory = registry.validate("tool", name, cfg, where=f"env.tools[{i}]")  # the name and params
+            try:
+                tool = factory(**cfg)
+            except Exception as exc:
+                raise failed_to_start(f"env.tools[{i}]", f"tool {name!r}", exc) from exc
         tools[tool.name] = tool
     return tools
 
@@ -68,9 +74,14 @@ def _build_tools(specs: list[Any]) -> dict[str, BaseTool]:
 def _build_format(fmt: str | ToolFormat) -> ToolFormat:
     if isinstance(fmt, ToolFormat):
         return fmt
+    from agentr1_core.errors import failed_to_start
     from agentr1_core.plugins import get_registry
 
-    return get_registry().build("tool_format", fmt, where="env.tool_format")
+    factory = get_registry().validate("tool_format", fmt, {}, where="env.tool_format")
+    try:
+        return factory()
+    except Exception as exc:
+        raise failed_to_start("env.tool_format", f"tool_format {fmt!r}", exc) from exc
 
 
 class ToolEnv(AgentEnv):

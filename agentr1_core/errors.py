@@ -63,6 +63,24 @@ class NoExpertSteps(UserError):
     """An SFT stage whose expert episodes produced no step to learn from."""
 
 
+def one_line(exc: BaseException) -> str:
+    """The first non-empty line of ``exc``: the text alone for a user error, a ``ValueError`` or an ``OSError``
+    (their messages are written for the user), else with the exception's type."""
+    text = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
+    if isinstance(exc, (UserError, ValueError, OSError)) and text:
+        return text
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def failed_to_start(key: str, component: str, exc: BaseException) -> ConfigError:
+    """``config error at KEY: COMPONENT failed to start: ERROR`` for a component (``"tool 'inventory'"``) whose
+    constructor raised; a config error that already names its key path (a bad parameter) is kept as it is."""
+    message = one_line(exc)
+    if isinstance(exc, ConfigError) and message.startswith("config error"):
+        return ConfigError(message)
+    return ConfigError(f"config error at {key}: {component} failed to start: {message}")
+
+
 def suggest(name: str, choices: Iterable[str]) -> str:
     """`` (did you mean 'x'?)`` for the closest of ``choices``, or an empty string."""
     close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)

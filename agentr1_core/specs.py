@@ -3,7 +3,10 @@
 A spec names a component and points at the code that builds it with a lazy ``"package.module:attr"`` string, so
 that listing plugins imports nothing heavy (no torch, ray or vllm). ``load()`` imports the target on demand.
 The parameters a component accepts are the keyword arguments of its factory; ``parameters()`` reads them without
-calling it. ``SPEC_TYPES`` maps each kind of ``agentr1_core.kinds`` to its spec class.
+calling it. A reward, an env and a dataset loader also declare what they need from every dataset row
+(``row_fields``: dotted paths such as ``reward_model.ground_truth``, ``a|b`` when either will do), which the run
+checks on every row before the model loads (``agentr1_core.rows``). ``SPEC_TYPES`` maps each kind of
+``agentr1_core.kinds`` to its spec class.
 """
 
 from __future__ import annotations
@@ -70,8 +73,10 @@ class ToolFormatSpec(ComponentSpec):
 
 @dataclass(frozen=True)
 class EnvSpec(ComponentSpec):
-    """An ``AgentEnv`` subclass."""
+    """An ``AgentEnv`` subclass. ``row_fields``: what ``reset(row)`` reads from every row (``prompt``,
+    ``env_kwargs.target``); the keys of a row's ``env_kwargs`` must be keyword parameters of its constructor."""
 
+    row_fields: tuple[str, ...] = ()
     kind: ClassVar[str] = "env"
 
 
@@ -84,8 +89,10 @@ class AgentFlowSpec(ComponentSpec):
 
 @dataclass(frozen=True)
 class RewardSpec(ComponentSpec):
-    """A reward function ``fn(trajectory, row, **params) -> float`` (or a class whose instances are such)."""
+    """A reward function ``fn(trajectory, row, **params) -> float`` (or a class whose instances are such).
+    ``row_fields``: what it reads from every row, e.g. ``("reward_model.ground_truth",)``."""
 
+    row_fields: tuple[str, ...] = ()
     kind: ClassVar[str] = "reward"
 
 
@@ -113,8 +120,10 @@ class TrainerSpec(ComponentSpec):
 
 @dataclass(frozen=True)
 class DatasetSpec(ComponentSpec):
-    """A dataset loader ``factory(**params) -> list[dict]`` of rows (prompt, data_source, reward_model, ...)."""
+    """A dataset loader ``factory(**params) -> list[dict]`` of rows (prompt, data_source, reward_model, ...).
+    ``row_fields``: what every row it gives carries (``prompt``, ...)."""
 
+    row_fields: tuple[str, ...] = ()
     kind: ClassVar[str] = "dataset"
 
 

@@ -1,5 +1,8 @@
 """Built-in dataset loaders. A loader returns a list of rows: dicts with ``prompt`` (text or chat messages),
 ``data_source``, ``reward_model: {ground_truth: ...}``, optional ``env_kwargs`` and ``expert_actions``.
+
+``load_jsonl`` returns ``FileRows`` (each row's line kept), so that the row checks before a run
+(``agentr1_core.rows``: the fields the dataset, reward and env declare) name the file and line of a bad row.
 """
 
 from __future__ import annotations
@@ -10,16 +13,18 @@ from pathlib import Path
 from typing import Any
 
 from agentr1_core.errors import ConfigError
+from agentr1_core.rows import FileRows
 
 
-def load_jsonl(path: str = "", limit: int = 0, data_source: str = "") -> list[dict[str, Any]]:
-    """Rows from a JSONL file, one JSON object per line; a bad line is an error naming the file and line."""
+def load_jsonl(path: str = "", limit: int = 0, data_source: str = "") -> FileRows:
+    """Rows from a JSONL file, one JSON object per line; a line that is not one is an error naming the file and line.
+    What each row must carry (``prompt``, ...) is checked before the run from the components' ``row_fields``."""
     if not path:
         raise ConfigError("config error at data: the jsonl dataset needs a path")
     file = Path(path)
     if not file.is_file():
         raise ConfigError(f"dataset file not found: {file}")
-    rows = []
+    rows = FileRows(file)
     with file.open(encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
@@ -28,11 +33,12 @@ def load_jsonl(path: str = "", limit: int = 0, data_source: str = "") -> list[di
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise ConfigError(f"{file}:{lineno}: not valid JSON ({exc.msg})") from exc
-            if not isinstance(row, dict) or "prompt" not in row:
-                raise ConfigError(f"{file}:{lineno}: each row needs a 'prompt'")
+            if not isinstance(row, dict):
+                raise ConfigError(f"{file}:{lineno}: each row must be a JSON object, got {type(row).__name__}")
             if data_source:
                 row.setdefault("data_source", data_source)
             rows.append(row)
+            rows.lines.append(lineno)
             if limit and len(rows) >= limit:
                 break
     return rows

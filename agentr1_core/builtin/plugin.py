@@ -1,6 +1,7 @@
 """The core's built-in components, registered through the public hooks exactly like a third-party plugin.
 
-Every factory is a lazy string: importing this module imports nothing heavy.
+Every factory is a lazy string: importing this module imports nothing heavy. ``row_fields`` says what a component
+reads from every dataset row (checked on every row before a run, ``agentr1_core.rows``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ def agentr1_tool_formats():
 
 @hookimpl
 def agentr1_envs():
-    return [EnvSpec("tool_env", "agentr1_core.envs:ToolEnv", "Multi-turn tool calling with any registered tools")]
+    return [EnvSpec("tool_env", "agentr1_core.envs:ToolEnv", "Multi-turn tool calling with any registered tools",
+                    row_fields=("prompt",))]
 
 
 @hookimpl
@@ -39,7 +41,8 @@ def agentr1_agent_flows():
 def agentr1_rewards():
     return [
         RewardSpec("answer_match", "agentr1_core.builtin.rewards:AnswerMatch",
-                   "1 if the final answer equals the row's ground truth (numbers compared numerically)"),
+                   "1 if the final answer equals the row's ground truth (numbers compared numerically)",
+                   row_fields=("reward_model.ground_truth|answer",)),
     ]
 
 
@@ -72,11 +75,14 @@ def agentr1_trainers():
 @hookimpl
 def agentr1_datasets():
     return [
-        DatasetSpec("jsonl", "agentr1_core.builtin.datasets:load_jsonl", "Rows from a JSONL file"),
+        DatasetSpec("jsonl", "agentr1_core.builtin.datasets:load_jsonl", "Rows from a JSONL file",
+                    row_fields=("prompt",)),
         DatasetSpec("arithmetic", "agentr1_core.builtin.datasets:arithmetic_rows",
-                    "Generated arithmetic word problems for the calculator task"),
+                    "Generated arithmetic word problems for the calculator task",
+                    row_fields=("prompt", "reward_model.ground_truth")),
         DatasetSpec("gsm8k", "agentr1_core.builtin.gsm8k:gsm8k_rows",
-                    "GSM8K word problems with calculator-call expert replays (shipped sample or a JSONL file)"),
+                    "GSM8K word problems with calculator-call expert replays (shipped sample or a JSONL file)",
+                    row_fields=("prompt", "reward_model.ground_truth")),
     ]
 
 

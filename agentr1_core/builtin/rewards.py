@@ -1,5 +1,7 @@
 """Built-in reward functions. A reward function is called once per episode as ``fn(trajectory, row)`` and returns
-the final reward (placed on the last step). ``AnswerMatch`` compares the final answer with the row's ground truth.
+the final reward (placed on the last step). ``AnswerMatch`` compares the final answer with the row's ground truth
+(``reward_model.ground_truth``, or a top-level ``answer``); a row without one is an error, never a comparison with a
+missing value (the run checks every row for it before the model loads, from the spec's ``row_fields``).
 """
 
 from __future__ import annotations
@@ -31,9 +33,17 @@ def _as_number(text: str) -> float | None:
         return None
 
 
+GROUND_TRUTH = "reward_model.ground_truth|answer"  # what AnswerMatch reads from a row (its RewardSpec's row_fields)
+
+
 def ground_truth(row: dict[str, Any]) -> Any:
+    """The row's ``reward_model.ground_truth`` (or its ``answer``); a ``ValueError`` when it has neither."""
     rm = row.get("reward_model") or {}
-    return rm.get("ground_truth", row.get("answer"))
+    truth = rm.get("ground_truth") if isinstance(rm, dict) else None
+    truth = row.get("answer") if truth is None else truth
+    if truth is None:
+        raise ValueError("the row has no reward_model.ground_truth to compare the answer with")
+    return truth
 
 
 class AnswerMatch:
@@ -47,6 +57,7 @@ class AnswerMatch:
         self.format_reward = format_reward
 
     def __call__(self, traj: Trajectory, row: dict[str, Any]) -> float:
+        truth = ground_truth(row)  # first: a row without one is an error, whatever the episode did
         if not traj.steps or traj.termination != "done":
             return 0.0
         given = traj.info.get("answer")
@@ -57,7 +68,6 @@ class AnswerMatch:
             answer = final_answer(traj.steps[-1].action_text, self.tag_required)
         if answer is None:
             return 0.0
-        truth = ground_truth(row)
         truths = truth if isinstance(truth, list) else [truth]
         for t in truths:
             a, b = _as_number(answer), _as_number(str(t))
