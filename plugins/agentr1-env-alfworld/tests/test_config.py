@@ -1,5 +1,5 @@
 """The recipe the plugin ships (``agentr1-core run alfworld``) reads its games from ALFWORLD_DATA, else from the sample
-games shipped in the package, and passes the up-front component checks."""
+games shipped in the package, and passes the up-front component checks; its rows carry what the reward reads."""
 
 from __future__ import annotations
 
@@ -36,3 +36,24 @@ def test_recipe_defaults_to_the_shipped_sample_games(monkeypatch, tmp_path):
     from agentr1_env_alfworld.datasets import load_alfworld
 
     assert len(load_alfworld(cfg.data.val.path, split=cfg.data.val.split)) == 6
+
+
+def test_the_sample_rows_carry_what_the_rewards_declare(monkeypatch):
+    from agentr1_core.errors import ConfigError
+    from agentr1_core.preflight import check_rows, load_rows
+
+    monkeypatch.setenv("ALFWORLD_DATA", str(DATA))
+    cfg = load_config("alfworld-cpu")
+    assert cfg.reward.name == "alfworld_progress"
+    registry = configure_registry(cfg.plugins.allow, cfg.plugins.block)
+    rows = {key: load_rows(cfg, registry, key, keep=False) for key in ("data.train", "data.val")}
+    check_rows(cfg, registry, rows)
+    bare = {"prompt": "put a clean ladle in a drawer", "env_kwargs": {"gamefile": "/games/1/game.tw-pddl"}}
+    with pytest.raises(ConfigError) as raised:
+        check_rows(cfg, registry, {"data.train": [*rows["data.train"], bare]})
+    n = len(rows["data.train"]) + 1
+    assert str(raised.value).splitlines() == [
+        f"data.train row {n}: missing {field}, which dataset 'alfworld_split' reads (1 of {n} rows of data.train)"
+        for field in ("gamefile", "extra_info.task_dir")] + [
+        f"data.train row {n}: missing extra_info.task_dir (or gamefile), which reward 'alfworld_progress' reads "
+        f"(1 of {n} rows of data.train)"]

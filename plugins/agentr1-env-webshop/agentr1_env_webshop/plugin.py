@@ -1,4 +1,6 @@
-"""Registers the WebShop env, goal dataset, the ``webshop prepare`` command and the named configs with agentr1 (lazy factories: listing plugins imports nothing heavy)."""
+"""Registers the WebShop env, goal dataset, the ``webshop prepare`` command and the named configs with agentr1 (lazy
+factories: listing plugins imports nothing heavy). ``row_fields``: every row carries its goal (checked before a run).
+"""
 
 from __future__ import annotations
 
@@ -12,13 +14,15 @@ PKG = "agentr1_env_webshop"
 @hookimpl
 def agentr1_envs():
     return [EnvSpec("webshop", "agentr1_env_webshop.env:WebShopEnv",
-                    "WebShop text-mode shopping (search, results, item pages) with the benchmark's reward")]
+                    "WebShop text-mode shopping (search, results, item pages) with the benchmark's reward",
+                    row_fields=("goal.asin",))]
 
 
 @hookimpl
 def agentr1_datasets():
     return [DatasetSpec("webshop", "agentr1_env_webshop.data:load_goals",
-                        "WebShop goals (synthetic or human) as rows, split by index ranges like the original")]
+                        "WebShop goals (synthetic or human) as rows, split by index ranges like the original",
+                        row_fields=("prompt", "goal.asin"))]
 
 
 @hookimpl

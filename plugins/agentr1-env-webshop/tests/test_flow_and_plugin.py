@@ -1,5 +1,5 @@
-"""The expert policy through the core's AgentEnvLoop with the real SmolLM2 tokenizer, and the installed plugin as
-the CLI lists it."""
+"""The expert policy through the core's AgentEnvLoop with the real SmolLM2 tokenizer, the installed plugin as the
+CLI lists it, and the goal every row carries for the env."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import json
 import sys
 import subprocess
 from pathlib import Path
+
+import pytest
 
 from agentr1_core.flows import AgentEnvLoop, FlowContext
 from agentr1_core.rollout.base import SamplingParams
@@ -48,3 +50,19 @@ def test_plugin_listed_by_installed_cli():
     entry = plugins["webshop"]
     assert entry["distribution"] == "agentr1-env-webshop" and entry["status"] == "ok"
     assert "webshop" in entry["components"]["env"] and "webshop" in entry["components"]["dataset"]
+
+
+def test_the_recipe_rows_carry_the_goal_the_env_reads():
+    from agentr1_core.config import load_config
+    from agentr1_core.errors import ConfigError
+    from agentr1_core.plugins import get_registry
+    from agentr1_core.preflight import check_rows, load_rows
+
+    cfg, registry = load_config("webshop-cpu"), get_registry()
+    rows = {key: load_rows(cfg, registry, key, keep=False) for key in ("data.train", "data.val")}
+    check_rows(cfg, registry, rows)
+    prompt_only = {"prompt": rows["data.val"][0]["prompt"]}
+    with pytest.raises(ConfigError) as raised:
+        check_rows(cfg, registry, {"data.val": [rows["data.val"][0], prompt_only, {**prompt_only, "goal": {}}]})
+    assert str(raised.value) == ("data.val row 2: missing goal.asin, which dataset 'webshop' and env 'webshop' read "
+                                 "(2 of 3 rows of data.val)")

@@ -1,7 +1,8 @@
 """Registers the paper tools, the ``paper_search`` env, the ``scholar_queries`` dataset, the paper rewards, the
 ``papers`` CLI command and the recipe configs.
 
-Every factory is a lazy ``"module:attr"`` string: listing plugins imports neither bm25s nor a model.
+Every factory is a lazy ``"module:attr"`` string: listing plugins imports neither bm25s nor a model. ``row_fields``
+says what each component reads from every dataset row (checked on every row before a run).
 """
 
 from __future__ import annotations
@@ -25,22 +26,26 @@ def agentr1_tools():
 @hookimpl
 def agentr1_envs():
     return [EnvSpec("paper_search", f"{PKG}.env:PaperSearchEnv",
-                    "Find the papers for a research query: search, expand citations, select")]
+                    "Find the papers for a research query: search, expand citations, select",
+                    row_fields=("extra_info.query|prompt",))]
 
 
 @hookimpl
 def agentr1_datasets():
     return [DatasetSpec("scholar_queries", f"{PKG}.data:load_scholar_queries",
-                        "AutoScholarQuery / RealScholarQuery / LitSearch (ScholarGym or PaSa format; shipped sample)")]
+                        "AutoScholarQuery / RealScholarQuery / LitSearch (ScholarGym or PaSa format; shipped sample)",
+                        row_fields=("prompt", "reward_model.ground_truth", "extra_info.query"))]
 
 
 @hookimpl
 def agentr1_rewards():
     return [
         RewardSpec("paper_recall", f"{PKG}.rewards:PaperRecall",
-                   "Found gold papers per step and the selection's F1 (verifiable)"),
+                   "Found gold papers per step and the selection's F1 (verifiable)",
+                   row_fields=("reward_model.ground_truth",)),
         RewardSpec("paper_selector", f"{PKG}.selector:PaperSelector",
-                   "An LLM judge scores each newly found paper (top-3 sum, threshold, action cost)"),
+                   "An LLM judge scores each newly found paper (top-3 sum, threshold, action cost)",
+                   row_fields=("reward_model.ground_truth", "extra_info.query")),
     ]
 
 

@@ -21,7 +21,11 @@ SELECT_METRICS = ("f1", "recall", "precision")
 
 
 def gold_ids(row: dict[str, Any]) -> list[str]:
-    return [str(g) for g in ((row.get("reward_model") or {}).get("ground_truth") or [])]
+    """The row's gold paper ids; a ``ValueError`` when it has none (never a score against a missing list)."""
+    gold = (row.get("reward_model") or {}).get("ground_truth")
+    if gold is None:
+        raise ValueError("the row has no reward_model.ground_truth (gold paper ids) to score the episode against")
+    return [str(g) for g in (gold if isinstance(gold, list) else [gold])]
 
 
 def selection_scores(selected: list[str], gold: list[str]) -> dict[str, float]:

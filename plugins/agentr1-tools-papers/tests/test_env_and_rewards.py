@@ -1,5 +1,6 @@
 """The ``paper_search`` env (pool numbering, year cut-off, selection, context modes, errors, the scripted expert)
-and the ``paper_recall`` reward with its episode metrics, on the small corpus with real tools."""
+and the ``paper_recall`` reward with its episode metrics, on the small corpus with real tools; what the env, the
+rewards and the dataset declare they read from a row."""
 
 from __future__ import annotations
 
@@ -193,3 +194,30 @@ def test_the_experts_calls_fit_the_cpu_recipes_token_budget():
             if result.done or result.truncated:
                 break
     assert 0 < longest <= int(cfg.rollout.max_new_tokens)
+
+
+def test_paper_recall_refuses_a_row_without_gold_papers():
+    traj = _traj([["a"]], ["a"])
+    assert PaperRecall()(traj, {"reward_model": {"ground_truth": "a"}}) == 1.0  # one id is a list of one
+    with pytest.raises(ValueError, match="no reward_model.ground_truth"):
+        PaperRecall()(_traj([["a"]], ["a"]), {"prompt": "q", "extra_info": {"query": "q"}})
+
+
+def test_the_recipe_rows_carry_what_the_env_and_rewards_declare():
+    from agentr1_core.config import load_config
+    from agentr1_core.errors import ConfigError
+    from agentr1_core.plugins import get_registry
+    from agentr1_core.preflight import check_rows, load_rows
+
+    registry = get_registry()
+    for name in ("papersearch-cpu", "papersearch"):
+        cfg = load_config(name)
+        rows = {key: load_rows(cfg, registry, key, keep=False) for key in ("data.train", "data.val")}
+        check_rows(cfg, registry, rows)
+    cfg = load_config("papersearch-cpu", ["reward.name=paper_selector"])
+    no_query = {**ROW, "extra_info": {"date": "2025-01"}}
+    with pytest.raises(ConfigError) as raised:
+        check_rows(cfg, registry, {"data.val": [ROW, no_query]})
+    assert str(raised.value).splitlines() == [
+        "data.val row 2: missing extra_info.query, which dataset 'scholar_queries' and reward 'paper_selector' read "
+        "(1 of 2 rows of data.val)"]

@@ -17,8 +17,13 @@ from agentr1_tools_search.answers import best_score, exact_match, extract_answer
 
 
 def gold_answers(row: dict[str, Any]) -> Any:
+    """``reward_model.ground_truth``, else the row's ``answer`` or ``answers``; a ``ValueError`` when it has none (an
+    episode is never scored against a missing answer)."""
     rm = row.get("reward_model") or {}
-    return rm.get("ground_truth", row.get("answer", row.get("answers")))
+    for gold in (rm.get("ground_truth") if isinstance(rm, dict) else None, row.get("answer"), row.get("answers")):
+        if gold is not None:
+            return gold
+    raise ValueError("the row has no reward_model.ground_truth (gold answers) to score the answer against")
 
 
 class _QAReward:
@@ -30,12 +35,12 @@ class _QAReward:
         self.format_reward = format_reward
 
     def __call__(self, traj: Trajectory, row: dict[str, Any]) -> float:
+        gold = gold_answers(row)
         answered = bool(traj.steps) and traj.termination == "done"
         answer = extract_answer(traj.steps[-1].action_text) if answered else None
         if answer is None:
             traj.metrics.update(em=0.0, f1=0.0)
             return 0.0
-        gold = gold_answers(row)
         traj.metrics.update(em=best_score(answer, gold, exact_match), f1=best_score(answer, gold, f1_score))
         return max(best_score(answer, gold, self.metric), self.format_reward)
 

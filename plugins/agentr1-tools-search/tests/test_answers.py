@@ -1,4 +1,5 @@
-"""EM / F1 with the HotpotQA normalisation, answer extraction, and the qa_em / qa_f1 rewards on trajectories."""
+"""EM / F1 with the HotpotQA normalisation, answer extraction, the qa_em / qa_f1 rewards on trajectories, and what the
+env and rewards declare they read from a row."""
 
 from __future__ import annotations
 
@@ -94,3 +95,37 @@ def test_both_rewards_record_em_and_f1_for_validation(reward):
     exact = _traj("<answer>G. Stanley Hall</answer>")
     reward(exact, ROW)
     assert exact.metrics["em"] == 1.0 and exact.metrics["f1"] == 1.0
+
+
+@pytest.mark.parametrize("reward", [QAExactMatch(), QAF1(format_reward=0.1)])
+def test_both_rewards_refuse_a_row_without_gold_answers(reward):
+    assert reward(_traj("<answer>Hall</answer>"), {"answers": ["Hall"]}) == 1.0  # the plain-format key counts
+    with pytest.raises(ValueError, match="no reward_model.ground_truth"):
+        reward(_traj("<answer>None</answer>"), {"prompt": "Who?", "reward_model": {"style": "rule"}})
+
+
+def test_the_recipe_rows_carry_what_the_env_and_reward_declare():
+    from agentr1_core.config import load_config
+    from agentr1_core.errors import ConfigError
+    from agentr1_core.plugins import get_registry
+    from agentr1_core.preflight import check_rows, load_rows
+
+    cfg, registry = load_config("hotpotqa-cpu"), get_registry()
+    rows = load_rows(cfg, registry, "data.train", keep=False)
+    check_rows(cfg, registry, {"data.train": rows})
+    no_gold = {**rows[1], "reward_model": {"style": "rule"}}
+    typo = {"env_kwargs": {"max_passage": 3}}
+    with pytest.raises(ConfigError) as raised:
+        check_rows(cfg, registry, {"data.train": [rows[0], no_gold, typo]})
+    valid = ", ".join(sorted(registry.get("env", "search_qa").parameters()))
+    assert str(raised.value).splitlines() == [
+        "data.train row 2: missing reward_model.ground_truth, which dataset 'hotpotqa' reads "
+        "(2 of 3 rows of data.train)",
+        "data.train row 2: missing reward_model.ground_truth (or answer, answers), which reward 'qa_em' reads "
+        "(2 of 3 rows of data.train)",
+        "data.train row 3: missing prompt, which dataset 'hotpotqa' reads (1 of 3 rows of data.train)",
+        "data.train row 3: missing extra_info.question (or prompt), which env 'search_qa' reads (1 of 3 rows of "
+        "data.train)",
+        f"data.train row 3: env_kwargs.max_passage is not a parameter of env 'search_qa' (did you mean "
+        f"'max_passages'?); valid: {valid} (1 of 3 rows of data.train)",
+    ]
