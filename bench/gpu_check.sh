@@ -32,7 +32,8 @@
 #                     missing; nothing else runs unless --parts is given too
 #
 # Limits in seconds (environment): GPU_CHECK_INSTALL_S 240, GPU_CHECK_SEED_S 150 (part a, per seed),
-# GPU_CHECK_SMOKE_S 420 (b), GPU_CHECK_ROLLOUT_S 300 (c). The parts together need about 11-13 minutes on one H200
+# GPU_CHECK_SMOKE_S 420 (b), GPU_CHECK_ROLLOUT_S 300 (c). GPU_CHECK_DEVICE=cpu GPU_CHECK_CONFIG=tiny rehearses part a
+# on a machine without a GPU (the named config of part a, default `default`; the device, default cuda). The parts together need about 11-13 minutes on one H200
 # (a: about 3, b: about 5, c: about 3, the install 1-2): run them as two calls, e.g. --parts a,c then --parts b.
 #
 # Results (at most 8 files, as a device call brings back): gpu_check.txt (versions, each part's outcome and table),
@@ -61,6 +62,8 @@ INSTALL_S=${GPU_CHECK_INSTALL_S:-240}
 SEED_S=${GPU_CHECK_SEED_S:-150}
 SMOKE_S=${GPU_CHECK_SMOKE_S:-420}
 ROLLOUT_S=${GPU_CHECK_ROLLOUT_S:-300}
+DEVICE=${GPU_CHECK_DEVICE:-cuda}
+CONFIG=${GPU_CHECK_CONFIG:-default}
 
 need_value() { if [ "$#" -lt 2 ] || [ -z "$2" ]; then die "$1 needs a value (see --help)"; fi; }
 while [ "$#" -gt 0 ]; do
@@ -86,6 +89,8 @@ done
 [[ "$BATCH_MB" =~ ^[0-9]*\.?[0-9]+$ ]] || die "--batch-mb takes a positive number of MiB; got '$BATCH_MB'"
 BATCH_BYTES=$(awk -v mb="$BATCH_MB" 'BEGIN { printf "%d", mb * 1048576 }')
 [ "$BATCH_BYTES" -ge 1024 ] || die "--batch-mb $BATCH_MB is below 1 KiB"
+[[ "$DEVICE" =~ ^(cuda|cpu)$ ]] || die "GPU_CHECK_DEVICE must be cuda or cpu; got '$DEVICE'"
+[[ "$CONFIG" =~ ^[A-Za-z0-9_.-]+$ ]] || die "GPU_CHECK_CONFIG must be a config name; got '$CONFIG'"
 for v in INSTALL_S SEED_S SMOKE_S ROLLOUT_S; do
   [[ "${!v}" =~ ^[0-9]+$ ]] || die "GPU_CHECK_$v must be whole seconds; got '${!v}'"
 done
@@ -163,7 +168,7 @@ if [ -n "$RECEIVE" ]; then
 fi
 
 # -- the plan -----------------------------------------------------------------------------------------------------------
-RUNS=/tmp/agentr1-gpu-check
+RUNS=${GPU_CHECK_RUNS:-/tmp/agentr1-gpu-check}  # run folders and logs (big files stay here, not in the results)
 CLI=("$PY" -c "from agentr1_core.cli import entry; entry()")
 plan() {
   echo "gpu_check plan (budget ${BUDGET} s; python $PY; results in $RESULTS):"
@@ -174,7 +179,7 @@ plan() {
   for part in "${PART_LIST[@]}"; do
     case "$part" in
       a) for s in "${SEED_LIST[@]}"; do
-           echo "  a seed $s  agentr1-core run default model.device=cuda seed=$s run_dir=$RUNS/a-seed$s   (limit ${SEED_S} s)"
+           echo "  a seed $s  agentr1-core run $CONFIG model.device=$DEVICE seed=$s run_dir=$RUNS/a-seed$s   (limit ${SEED_S} s)"
          done ;;
       b) echo "  b        PYTHON=$PY RUN_DIR=$RUNS/b ITERATIONS=3 bash bench/gpu_smoke.sh   (limit ${SMOKE_S} s):"
          echo "           $(RUN_DIR=$RUNS/b ITERATIONS=3 bash "$ROOT/bench/gpu_smoke.sh" --dry-run)" ;;
@@ -186,7 +191,9 @@ plan() {
 
 missing_for_plan() {  # what the plan needs and this machine lacks, one line each (no driver: torch not asked)
   command -v "$PY" >/dev/null 2>&1 || echo "a Python interpreter '$PY' (set PYTHON)"
-  if ! command -v nvidia-smi >/dev/null 2>&1; then
+  if [ "$DEVICE" = cpu ]; then
+    :  # a rehearsal: no GPU wanted
+  elif ! command -v nvidia-smi >/dev/null 2>&1; then
     echo "nvidia-smi (an NVIDIA driver and GPU)"
   elif ! "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
     echo "a CUDA GPU visible to torch ($PY)"
@@ -217,21 +224,28 @@ SUMMARY=$RESULTS/gpu_check.txt
 : > "$SUMMARY"
 note() { echo "$*" | tee -a "$SUMMARY"; }
 limit_for() {  # limit_for LIMIT MINIMUM: seconds a step may take now, 0 when less than MINIMUM is left
-  local left=$((deadline - SECONDS - 15))
+  local left=$((deadline - SECONDS - 30))  # room for a stopped step's clean-up and the final archive
   local t=$(( $1 < left ? $1 : left ))
   if [ "$t" -lt "$2" ]; then echo 0; else echo "$t"; fi
 }
-peak_start() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 500 > "$RUNS/mem-$1.log" & MEM_PID=$!; }
-peak_stop() {
-  kill "$MEM_PID" 2>/dev/null || true
-  wait "$MEM_PID" 2>/dev/null || true
-  sort -n "$RUNS/mem-$1.log" 2>/dev/null | tail -1
+peak_start() {
+  MEM_PID=""
+  command -v nvidia-smi >/dev/null 2>&1 || return 0
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 500 > "$RUNS/mem-$1.log" &
+  MEM_PID=$!
+}
+peak_stop() {  # prints the peak in MiB, or n/a
+  [ -z "$MEM_PID" ] || { kill "$MEM_PID" 2>/dev/null || true; wait "$MEM_PID" 2>/dev/null || true; }
+  local peak
+  peak=$(sort -n "$RUNS/mem-$1.log" 2>/dev/null | tail -1)
+  echo "${peak:-n/a}"
 }
 MEM_PID=""
 trap '[ -z "$MEM_PID" ] || kill "$MEM_PID" 2>/dev/null || true' EXIT
 
 note "== gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ), parts $PARTS, checkout $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
-note "$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)"
+note "$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1 \
+        || echo "no GPU (device $DEVICE)")"
 "$PY" -m pip freeze > "$RESULTS/freeze.txt" 2>/dev/null || true
 
 if [ -n "$BUNDLE" ]; then
@@ -243,7 +257,7 @@ if [ -n "$BUNDLE" ]; then
     [ "$t" -gt 0 ] || die "no time left to install the bundle"
     start=$SECONDS
     rc=0
-    timeout "$t" bash "$ROOT/scripts/gpu_install.sh" "$BUNDLE" --target "$SITE" --python "$PY" \
+    timeout -k 15 "$t" bash "$ROOT/scripts/gpu_install.sh" "$BUNDLE" --target "$SITE" --python "$PY" \
       > "$RUNS/install.log" 2>&1 || rc=$?
     note "install: exit $rc in $((SECONDS - start)) s ($(tail -1 "$RUNS/install.log"))"
     [ "$rc" -eq 0 ] || { tail -20 "$RUNS/install.log" >&2; die "the bundle did not install (log above)"; }
@@ -276,7 +290,7 @@ for part in "${PART_LIST[@]}"; do
         start=$SECONDS
         rc=0
         peak_start "a$s"
-        timeout "$t" "${CLI[@]}" run default model.device=cuda "seed=$s" "run_dir=$RUNS/a-seed$s" \
+        timeout -k 15 "$t" "${CLI[@]}" run "$CONFIG" "model.device=$DEVICE" "seed=$s" "run_dir=$RUNS/a-seed$s" \
           > "$RUNS/a-seed$s.log" 2>&1 || rc=$?
         note "a seed $s: exit $rc in $((SECONDS - start)) s (limit $t s), GPU memory peak $(peak_stop "a$s") MiB"
       done
@@ -308,7 +322,7 @@ EOF
       if [ "$t" -eq 0 ]; then note "b: skipped (budget)"; continue; fi
       start=$SECONDS
       rc=0
-      PYTHON=$PY RUN_DIR=$RUNS/b ITERATIONS=3 timeout "$t" bash "$ROOT/bench/gpu_smoke.sh" > "$RUNS/b.log" 2>&1 || rc=$?
+      PYTHON=$PY RUN_DIR=$RUNS/b ITERATIONS=3 timeout -k 15 "$t" bash "$ROOT/bench/gpu_smoke.sh" > "$RUNS/b.log" 2>&1 || rc=$?
       note "b: exit $rc in $((SECONDS - start)) s (limit $t s)"
       sed -n '/^gpu_smoke summary/,$p' "$RUNS/b.log" | tee -a "$SUMMARY"
       ;;
@@ -320,7 +334,7 @@ EOF
       start=$SECONDS
       rc=0
       peak_start c
-      timeout "$t" "$PY" "$ROOT/bench/bench_gpu_rollout.py" --concurrency 64,256 --max-new-tokens 128 \
+      timeout -k 15 "$t" "$PY" "$ROOT/bench/bench_gpu_rollout.py" --concurrency 64,256 --max-new-tokens 128 \
         --methods "$methods" --out "$RESULTS/rollout.json" > "$RUNS/c.log" 2>&1 || rc=$?
       note "c: exit $rc in $((SECONDS - start)) s (limit $t s, methods $methods), GPU memory peak $(peak_stop c) MiB"
       sed -n '/^method /,/^$/p' "$RUNS/c.log" | tee -a "$SUMMARY"

@@ -231,3 +231,43 @@ def test_the_smoke_runs_overrides_pass_the_config_checker(tmp_path):
     assert cfg["model"]["path"] == "smollm2-135m-instruct" and cfg["engine"]["max_model_len"] == 2048
     assert cfg["rollout"]["max_prompt_tokens"] < cfg["engine"]["max_model_len"]
     assert cfg["run_dir"] == str(tmp_path / "smoke")
+
+
+def test_gpu_check_skips_a_part_that_its_budget_cannot_hold(tmp_path):
+    """A part whose minimum (60 s a seed) no longer fits the call's budget is skipped and said so; nothing runs."""
+    env = _env(PYTHON=sys.executable, GPU_CHECK_DEVICE="cpu", GPU_CHECK_RUNS=str(tmp_path / "runs"))
+    out = _run(["bash", CHECK_SH, "--parts", "a", "--seeds", "0,1", "--budget", "80", "--out", tmp_path / "results"],
+               env=env)
+    assert out.returncode == 0, out.stderr
+    summary = (tmp_path / "results" / "gpu_check.txt").read_text()
+    assert "a seed 0: skipped (budget)" in summary and "a seed 1: skipped (budget)" in summary
+    assert not (tmp_path / "runs" / "a-seed0").exists()
+    assert json.loads((tmp_path / "results" / "part_a.json").read_text()) == {
+        "0": {"held_out": {}, "logprob_gap_max": [], "k3_kl_max": None, "ess_min": None, "iterations": 0},
+        "1": {"held_out": {}, "logprob_gap_max": [], "k3_kl_max": None, "ess_min": None, "iterations": 0}}
+
+
+@pytest.mark.slow
+def test_gpu_check_part_a_rehearsed_on_the_cpu_writes_its_results(tmp_path):
+    """Part a's flow on the CPU with the tiny config: the run, its summary row, part_a.json and the log archive."""
+    import tarfile
+
+    env = _env(PYTHON=sys.executable, GPU_CHECK_DEVICE="cpu", GPU_CHECK_CONFIG="tiny",
+               GPU_CHECK_RUNS=str(tmp_path / "runs"), GPU_CHECK_SEED_S="900")
+    out = _run(["bash", CHECK_SH, "--parts", "a", "--seeds", "3", "--budget", "1000", "--out", tmp_path / "results"],
+               env=env, timeout=1100)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    results = tmp_path / "results"
+    summary = (results / "gpu_check.txt").read_text()
+    assert re.search(r"^a seed 3: exit 0 in \d+ s \(limit \d+ s\), GPU memory peak n/a MiB$", summary, re.M), summary
+    assert "versions: torch " in summary and "agentr1_core 0.1.0" in summary
+    got = json.loads((results / "part_a.json").read_text())["3"]
+    metrics = [json.loads(line) for line in (tmp_path / "runs" / "a-seed3" / "metrics.jsonl").read_text().splitlines()]
+    its = [r for r in metrics if "iteration" in r and "event" not in r]
+    assert got["iterations"] == len(its) == 1 and got["logprob_gap_max"] == [its[0]["logprob_gap_max"]]
+    assert set(got["held_out"]) == {"before_sft", "after_sft", "after_rl"}
+    assert re.search(r"^\s+3 +\d+ +\d+ +\d+  \d\.\de[-+]\d\d / ", summary, re.M), summary
+    with tarfile.open(results / "logs.tar.gz") as archive:
+        names = set(archive.getnames())
+    assert {"./a-seed3.log", "./a-seed3/metrics.jsonl", "./a-seed3/config.yaml"} <= names
+    assert (results / "freeze.txt").read_text().strip()
