@@ -3,8 +3,11 @@
 # calculator task, SFT warm start then GRPO) in fp32, then a bf16 smoke run of the tiny recipe; each timed, with the
 # GPU memory peak sampled by nvidia-smi. Prints one summary block at the end and writes it to OUTDIR/summary.txt.
 #
-# Needs: a Python whose torch sees CUDA, with agentr1-core and its model package installed (`agentr1-core` on PATH),
-# run from the repository root (the CUDA unit tests come from tests/).
+# Needs: a Python whose torch sees CUDA (PYTHON, default python3) that imports agentr1-core and its model package,
+# run from the repository root (the CUDA unit tests come from tests/). Without a package index, next to the machine's
+# own torch: `bash scripts/gpu_bundle.sh --ours-only` on a connected machine, then here
+# `bash scripts/gpu_install.sh BUNDLE --target /tmp/agentr1-site && PYTHONPATH=/tmp/agentr1-site bash bench/gpu_local.sh`
+# (bench/gpu_check.sh runs the same default config for three seeds).
 # Usage: bash bench/gpu_local.sh [OUTDIR]        (default OUTDIR: runs/gpu_local)
 set -euo pipefail
 OUTDIR=${1:-runs/gpu_local}
@@ -18,7 +21,7 @@ if not torch.cuda.is_available():
     sys.exit("gpu_local.sh: torch does not see a CUDA GPU (torch %s)" % torch.__version__)
 print("torch", torch.__version__, "on", torch.cuda.get_device_name(0))
 EOF
-command -v agentr1-core >/dev/null || { echo "gpu_local.sh: agentr1-core is not on PATH" >&2; exit 2; }
+"$PY" -c "import agentr1_core" 2>/dev/null || { echo "gpu_local.sh: $PY cannot import agentr1_core" >&2; exit 2; }
 
 nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 500 > "$OUTDIR/gpu_mem.log" &
 SMI=$!
@@ -28,7 +31,8 @@ run() {  # run NAME ARGS...: one timed agentr1-core run into OUTDIR/NAME
   local name=$1; shift
   local start=$SECONDS
   local rc=0
-  agentr1-core run "$@" "run_dir=$OUTDIR/$name" 2>&1 | tee "$OUTDIR/$name.log" || rc=$?
+  "$PY" -c "from agentr1_core.cli import entry; entry()" run "$@" "run_dir=$OUTDIR/$name" 2>&1 \
+    | tee "$OUTDIR/$name.log" || rc=$?
   echo "$name exit=$rc wall_s=$((SECONDS - start))" >> "$OUTDIR/walls.txt"
 }
 
