@@ -24,12 +24,14 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+import agentr1_env_alfworld
 from agentr1_core.mdp import Action
 from agentr1_env_alfworld.datasets import load_alfworld
 from agentr1_env_alfworld.env import AlfworldEnv
 from agentr1_env_alfworld.pool import GamePool
+from common import parse_args, write_result
 
-RESULTS = Path(__file__).parent / "results" / "alfworld.json"
+SAMPLE_GAMES = Path(agentr1_env_alfworld.__file__).parent / "data" / "alfworld_sample"  # six games, in the wheel
 
 
 def act(text: str) -> Action:
@@ -144,8 +146,11 @@ def main() -> None:
     parser.add_argument("--reset-games", type=int, default=8)
     parser.add_argument("--step-count", type=int, default=40, help="random steps per episode in the step phase")
     parser.add_argument("--limit", type=int, default=0, help="play only the first N games (0: all)")
-    parser.add_argument("--out", default=str(RESULTS))
-    args = parser.parse_args()
+    parser.add_argument("--out", default=None, help="result file (default: bench/results/alfworld.json)")
+    args = parse_args(parser, smoke={"games": str(SAMPLE_GAMES), "workers": 1, "reset_games": 2, "step_count": 2,
+                                     "limit": 2, "max_steps": 3})
+    if not args.games:
+        parser.error("name the ALFWorld data folder: --games DIR or ALFWORLD_DATA")
     out = asyncio.run(main_async(args))
     r, s, p = out["resets"], out["steps"], out["random_policy"]
     print(f"\nALFWorld env, {out['workers']} game workers, {out['cpus']} CPUs, split {out['split']}")
@@ -159,9 +164,10 @@ def main() -> None:
     print(f"{'random policy: wall s':<44}{p['wall_s']:>12.0f}")
     for k, v in p["by_task_type"].items():
         print(f"{'  ' + k:<44}{v['success_rate']:>8.3f} ({v['games']})")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
-    print(f"wrote {args.out}")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    print(f"wrote {args.out or write_result('alfworld', out)}")
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import RESULTS, ROOT, load_avg, machine_info, warm_model_dir
+from common import ROOT, load_avg, machine_info, parse_args, results_dir, warm_model_dir, write_result
 
 BENCH = Path(__file__).resolve().parent
 
@@ -106,15 +106,17 @@ def main() -> None:
     parser.add_argument("--alfworld-model", default="", help="starting weights for the alfworld task")
     parser.add_argument("--extra", action="append", default=[], help="a config override for every run (repeatable)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default=str(ROOT / "runs" / "bench-async"))
-    args = parser.parse_args()
+    parser.add_argument("--out", default=None, help="where the run directories go (default: runs/bench-async)")
+    tiny = ["rollout.batch_size=1", "rollout.n=2", "rollout.max_new_tokens=8"]
+    args = parse_args(parser, smoke={"task": ["calculator"], "staleness": [0, 1], "iterations": 2, "extra": tiny})
+    out_dir = Path(args.out) if args.out else results_dir() / "runs" if args.smoke else ROOT / "runs" / "bench-async"
     tasks = args.task or ["calculator"]
     settings = args.staleness or [0, 1, 2]
     rows = []
     for task in tasks:
         for k in settings:
             load = load_avg()
-            row = run_once(task, k, args, Path(args.out))
+            row = run_once(task, k, args, out_dir)
             row["load_avg_before"] = load
             base = next((r for r in rows if r["task"] == task and r["max_staleness"] == 0), None)
             row["speedup"] = round(base["rl_seconds"] / row["rl_seconds"], 2) if base else None
@@ -122,13 +124,10 @@ def main() -> None:
             print(f"{task:10s} K={k}: {row['seconds_per_iteration']:7.1f} s/iteration  speed-up {row['speedup']}  "
                   f"trainer idle {row['trainer_idle_seconds']:6.1f}s  engine idle {row['engine_idle_seconds']:6.1f}s  "
                   f"reward {row['reward_mean']:.3f}  load {load}", flush=True)
-    RESULTS.mkdir(parents=True, exist_ok=True)
     out = {"machine": machine_info(), "iterations": args.iterations, "extra": args.extra,
            "search_latency_s": [args.latency, args.latency_max], "calculator_latency_s": args.calculator_latency,
            "correction": args.correction, "rows": rows}
-    path = RESULTS / f"async_{'_'.join(tasks)}.json"
-    path.write_text(json.dumps(out, indent=2))
-    print(f"wrote {path}")
+    print(f"wrote {write_result('async_' + '_'.join(tasks), out)}")
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from common import load_avg, machine_info, print_table, write_result
+from common import load_avg, machine_info, parse_args, print_table, write_result
 
 
 def timed(fn, steps: int) -> float:
@@ -84,7 +84,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default="decode_linears", help="result name (bench/results/<out>.json)")
-    args = parser.parse_args()
+    args = parse_args(parser, smoke={"rows": "2", "linear_rows": "", "context": 16, "steps": 1, "repeats": 1})
 
     from agentr1_core.models import load_model_and_tokenizer
     from agentr1_core.cpu_linears import onednn_linear, weight_major_linear

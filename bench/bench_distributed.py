@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from common import parse_args, write_result
+
 
 def run_config(name: str, extra: list[str], args: argparse.Namespace) -> dict:
     from agentr1_core.config import load_config
@@ -74,8 +76,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--n", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=48)
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "distributed.json"))
-    args = parser.parse_args()
+    parser.add_argument("--out", default=None, help="result file (default: bench/results/distributed.json)")
+    args = parse_args(parser, smoke={"iterations": 2, "batch_size": 1, "n": 2, "max_new_tokens": 4})
     ray = ["trainer.name=ray", "trainer.params.worker_threads=1", "trainer.params.object_store_mb=1024"]
     configs = {
         "local_2_threads": ["trainer.threads=2"],
@@ -98,8 +100,11 @@ def main() -> None:
     doc = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                        "note": "shared machine: other jobs may run concurrently (see loadavg)"},
            "settings": vars(args), "results": results, "summary": summary}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(doc, indent=2))
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(doc, indent=2))
+    else:
+        write_result("distributed", doc)
     print(json.dumps(summary, indent=2))
 
 

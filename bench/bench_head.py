@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from common import load_avg, machine_info, print_table, write_result
+from common import load_avg, machine_info, parse_args, print_table, write_result
 
 
 def main() -> None:
@@ -27,7 +27,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default="head")
-    args = parser.parse_args()
+    args = parse_args(parser, smoke={"positions": 16, "chunks": "8", "repeats": 1})
     torch.set_num_threads(args.threads)
 
     from agentr1_core.models import load_model_and_tokenizer

@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import machine_info, print_table, run_json_subprocess, write_result  # noqa: E402
+from common import machine_info, parse_args, print_table, results_dir, run_json_subprocess, write_result  # noqa: E402
 
 
 def child_sft(args: argparse.Namespace) -> dict:
@@ -110,23 +110,26 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=1100)
     ap.add_argument("--response", type=int, default=60)
     ap.add_argument("--train-layers", type=int, default=10)
-    ap.add_argument("--concurrent", type=int, default=8)
+    ap.add_argument("--concurrent", type=int, default=8, help="concurrent requests of one kv child")
+    ap.add_argument("--levels", default="8,32,128", help="the kv experiment's concurrent requests")
     ap.add_argument("--prompt", type=int, default=400)
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
-    args = ap.parse_args()
+    args = parse_args(ap, smoke={"rows": 2, "tokens": 64, "response": 8, "budgets": "64", "train_layers": 2,
+                                 "levels": "2", "prompt": 32, "new_tokens": 4})
     if args.child:
         print(json.dumps(child_sft(args) if args.child == "sft" else child_kv(args)))
         return
     me = str(Path(__file__).resolve())
-    previous = Path(__file__).resolve().parent / "results" / "memory.json"
+    previous = results_dir() / "memory.json"
     # one experiment alone keeps the other's last results
     result: dict = json.loads(previous.read_text()) if args.only and previous.exists() else {}
     result["machine"] = machine_info()
     if args.only in (None, "sft"):
         cases = [(False, int(b)) for b in args.budgets.split(",") if b.strip()] + [(True, 0)]
         rows = [run_json_subprocess([me, "--child", "sft", *(["--checkpointing"] if c else []), "--budget", str(b),
-                                     "--rows", str(args.rows), "--tokens", str(args.tokens), "--train-layers",
+                                     "--rows", str(args.rows), "--tokens", str(args.tokens), "--response",
+                                     str(args.response), "--train-layers",
                                      str(args.train_layers), "--threads", str(args.threads)])
                 for c, b in cases]
         result["sft"] = rows
@@ -137,7 +140,7 @@ def main() -> None:
     if args.only in (None, "kv"):
         rows = [run_json_subprocess([me, "--child", "kv", "--concurrent", str(n), "--prompt", str(args.prompt),
                                      "--new-tokens", str(args.new_tokens), "--threads", str(args.threads)])
-                for n in (8, 32, 128)]
+                for n in (int(x) for x in args.levels.split(","))]
         result["kv"] = rows
         print(print_table(["concurrent", "prompt", "KV peak MiB", "RSS before", "peak MiB", "seconds"],
                           [[r["concurrent"], r["prompt_tokens"], r["kv_peak_mb"], r["before_mb"], r["peak_mb"],

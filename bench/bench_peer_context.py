@@ -22,9 +22,7 @@ import json
 import random
 from statistics import mean
 
-from common import default_config, load_avg, machine_info, print_table, write_result
-
-TURNS = (5, 10, 20)
+from common import default_config, load_avg, machine_info, parse_args, print_table, write_result
 
 
 def scripted_rows(base_rows: list[dict], turns: int, seed: int) -> list[dict]:
@@ -55,7 +53,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=16)
     parser.add_argument("--windows", default="2,1", help="window sizes (turns kept) to compare with append")
-    args = parser.parse_args()
+    parser.add_argument("--turns", default="5,10,20", help="episode lengths (turns)")
+    args = parse_args(parser, smoke={"episodes": 2, "windows": "1", "turns": "2,3"})
 
     from transformers import AutoTokenizer
 
@@ -76,7 +75,7 @@ def main() -> None:
     result = {"benchmark": "peer_context", "machine": machine_info(), "load_avg_start": load_avg(),
               "episodes": args.episodes, "tokenizer": "SmolLM2-135M-Instruct", "rows": []}
     table = []
-    for window, turns in [(int(w), t) for w in args.windows.split(",") for t in TURNS]:
+    for window, turns in [(int(w), int(t)) for w in args.windows.split(",") for t in args.turns.split(",")]:
         rows = scripted_rows(base_rows, turns, seed=turns)
         per = {}
         for context in ("window", "append"):

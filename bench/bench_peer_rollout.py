@@ -34,12 +34,10 @@ import time
 from pathlib import Path
 
 from common import (
-    ENGINE_VARIANTS, GenerateLoopEngine, TurnBatchEngine, default_config, engine_time_split, engine_variant,
-    episode_stats, load_avg, machine_info, make_trl_grpo, package_version, print_table, profile_ops, quiet,
-    rollout_with, run_vllm_child, task_rows, warm_model_dir, write_result,
+    ENGINE_VARIANTS, VLLM_PYTHON, GenerateLoopEngine, TurnBatchEngine, default_config, engine_time_split,
+    engine_variant, episode_stats, load_avg, machine_info, make_trl_grpo, package_version, parse_args, print_table,
+    profile_ops, quiet, rollout_with, run_vllm_child, task_rows, warm_model_dir, write_result,
 )
-
-VLLM_PYTHON = "/tmp/vllmvenv/bin/python"
 
 
 def run_method(name: str, model, tokenizer, rows, sampling, cfg, n: int = 1) -> dict:
@@ -119,11 +117,11 @@ def main() -> None:
     parser.add_argument("--methods", default="engine,engine_no_prefix,plain_loop,trl,vllm")
     parser.add_argument("--profile", action="store_true",
                         help="run the engine once more under torch.profiler (operator self times)")
-    parser.add_argument("--vllm-python", default=VLLM_PYTHON)
+    parser.add_argument("--vllm-python", default=str(VLLM_PYTHON))
     parser.add_argument("--vllm-timeout", type=int, default=900)
     parser.add_argument("--child-vllm", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--model-dir", default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parse_args(parser, smoke={"episodes": 2, "max_new_tokens": 8, "profile": True})
     if args.child_vllm:
         vllm_child(args)
         return

@@ -18,8 +18,8 @@ import tempfile
 from pathlib import Path
 
 from common import (
-    TurnBatchEngine, default_config, episode_stats, load_avg, machine_info, make_trl_grpo, print_table, quiet,
-    rollout_with, task_rows, warm_model_dir, write_result,
+    TurnBatchEngine, default_config, episode_stats, load_avg, machine_info, make_trl_grpo, parse_args, print_table,
+    quiet, rollout_with, task_rows, warm_model_dir, write_result,
 )
 
 
@@ -34,7 +34,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=1, help="samples per row (a GRPO group shares its prompt)")
     parser.add_argument("--out", default=None, help="result name (default: this benchmark's)")
     parser.add_argument("--methods", default="engine")
-    args = parser.parse_args()
+    args = parse_args(parser, smoke={"levels": "2,4", "max_new_tokens": 8, "methods": "engine,trl"})
 
     import torch
 

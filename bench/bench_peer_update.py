@@ -35,7 +35,8 @@ import time
 from pathlib import Path
 
 from common import (
-    default_config, load_avg, machine_info, make_trainer, print_table, profile_ops, quiet, task_rows, write_result,
+    default_config, load_avg, machine_info, make_trainer, parse_args, print_table, profile_ops, quiet, task_rows,
+    write_result,
 )
 
 
@@ -79,7 +80,8 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a config override (e.g. trainer.onednn_linears=false); repeatable")
     parser.add_argument("--out", default="peer_update", help="result name (bench/results/<out>.json)")
-    args = parser.parse_args()
+    args = parse_args(parser, smoke={"episodes": 2, "sizes": "64,128", "reps": 1, "profile": True,
+                                     "set": ["trainer.micro_batch_size=2"]})
 
     import torch
 

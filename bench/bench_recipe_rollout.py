@@ -37,11 +37,9 @@ import time
 from pathlib import Path
 
 from common import (
-    ROOT, GenerateLoopEngine, engine_time_split, engine_variant, episode_stats, load_avg, machine_info,
-    package_version, print_table, quiet, run_vllm_child, write_result,
+    VLLM_PYTHON, GenerateLoopEngine, engine_time_split, engine_variant, episode_stats, load_avg, machine_info,
+    package_version, parse_args, print_table, quiet, run_vllm_child, warm_model_dir, write_result,
 )
-
-VLLM_PYTHON = str(ROOT / ".venv-vllm" / "bin" / "python")
 
 
 def make_recipe_trainer(args):
@@ -55,6 +53,8 @@ def make_recipe_trainer(args):
         overrides.append(f"model.path={Path(args.model_dir).resolve()}")
     if args.context:
         overrides.append(f"env.context={args.context}")
+    if args.max_new_tokens:
+        overrides.append(f"rollout.max_new_tokens={args.max_new_tokens}")
     cfg = load_config(args.config, overrides)
     with quiet():
         trainer = LocalTrainer(cfg, configure_registry(cfg.plugins.allow, cfg.plugins.block))
@@ -120,6 +120,7 @@ def run_vllm(args) -> dict:
            "--threads", str(args.threads)]
     cmd += ["--sample"] if args.sample else []
     cmd += ["--context", args.context] if args.context else []
+    cmd += ["--max-new-tokens", str(args.max_new_tokens)] if args.max_new_tokens else []
     return run_vllm_child(cmd, args.vllm_timeout, args.threads)
 
 
@@ -132,12 +133,17 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=1)
     parser.add_argument("--context", default=None, help="env.context override (summary | window | append)")
     parser.add_argument("--sample", action="store_true", help="the recipe's temperature instead of greedy")
+    parser.add_argument("--max-new-tokens", type=int, default=0, help="per turn (default: the config's)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--methods", default="engine,engine_no_prefix,vllm")
-    parser.add_argument("--vllm-python", default=VLLM_PYTHON)
+    parser.add_argument("--vllm-python", default=str(VLLM_PYTHON))
     parser.add_argument("--vllm-timeout", type=int, default=1800)
     parser.add_argument("--child-vllm", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    # smoke: the core's default task (the vLLM venv has no recipe plugins) on the smoke warm start's folder
+    args = parse_args(parser, smoke={"config": "default", "episodes": 2, "max_new_tokens": 8,
+                                     "methods": "engine,engine_no_prefix,plain_loop,vllm"})
+    if args.smoke and not args.model_dir and not args.child_vllm:
+        args.model_dir = str(warm_model_dir(args.threads))
     if args.child_vllm:
         vllm_child(args)
         return

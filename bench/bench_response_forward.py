@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import load_avg, machine_info, print_table, write_result
+from common import load_avg, machine_info, parse_args, print_table, write_result
 
 
 def all_positions_forward(model, inputs, width, temperature=1.0):
@@ -47,7 +47,7 @@ def main() -> None:
     parser.add_argument("--max-response", type=int, default=40)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args()
+    args = parse_args(parser, smoke={"rows": 2, "prompt": 16, "max_response": 6, "reps": 1})
 
     import torch
 

@@ -31,6 +31,7 @@ import torch  # noqa: E402
 from agentr1_core.models import load_model_and_tokenizer  # noqa: E402
 from agentr1_core.rollout.base import SamplingParams  # noqa: E402
 from agentr1_core.rollout.transformers_engine import TransformersEngine  # noqa: E402
+from common import parse_args, results_dir  # noqa: E402
 
 TOPICS = ["prime numbers", "the moon", "bread baking", "sorting algorithms", "volcanoes", "chess openings",
           "photosynthesis", "the French revolution"]
@@ -108,8 +109,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--methods", default="engine,plain_loop,static_batch",
                         help="comma list; rows already in --out for other methods are kept")
-    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "rollout.json"))
-    args = parser.parse_args()
+    parser.add_argument("--out", default=None, help="result file (default: bench/results/rollout.json)")
+    args = parse_args(parser, smoke={"requests": 3, "max_new_tokens": 4})
     torch.set_num_threads(args.threads)
 
     t0 = time.perf_counter()
@@ -120,7 +121,7 @@ def main() -> None:
         model.generate(torch.tensor([prompts[0]]), do_sample=False, max_new_tokens=2,
                        pad_token_id=tokenizer.pad_token_id)
 
-    out = Path(args.out)
+    out = Path(args.out) if args.out else results_dir() / "rollout.json"
     previous = json.loads(out.read_text()) if out.is_file() else {}
     rows = {k: v for k, v in previous.get("results", {}).items() if previous.get("requests") == args.requests
             and previous.get("max_new_tokens") == args.max_new_tokens}
@@ -129,7 +130,7 @@ def main() -> None:
               "threads": args.threads, "prompt_tokens": {"min": min(lengths), "max": max(lengths),
                                                            "mean": round(sum(lengths) / len(lengths), 1)},
               "load_seconds": round(load_s, 2), "torch": torch.__version__, "platform": platform.platform(),
-              "results": rows}
+              "results": rows, **({"smoke": True} if args.smoke else {})}
     methods = {"engine": run_engine, "plain_loop": run_plain, "static_batch": run_static}
     for name in args.methods.split(","):
         load_before = os.getloadavg()[0]

@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import RESULTS, load_avg, machine_info, print_table, write_result  # noqa: E402
+from common import load_avg, machine_info, parse_args, print_table, results_dir, write_result  # noqa: E402
 
 MB = 1024  # /proc reports KiB
 
@@ -112,17 +112,21 @@ def run_one(name: str, overrides: list[str], run_dir: Path, every: float) -> dic
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("configs", nargs="+")
+    ap.add_argument("configs", nargs="*", help="named configs or YAML paths (at least one)")
     ap.add_argument("--set", action="append", default=[], help="a config override for every run (repeatable)")
     ap.add_argument("--label", default="", help="names these runs in the result file (default: the overrides)")
     ap.add_argument("--out", default="run_memory")
     ap.add_argument("--runs", default="/tmp/agentr1-run-memory", help="where the run directories go")
     ap.add_argument("--every", type=float, default=0.5, help="seconds between RSS samples")
-    args = ap.parse_args()
+    tiny = ["sft.rows=2", "sft.batch_size=2", "validation.max_rows=2", "rollout.batch_size=1", "rollout.n=2",
+            "rollout.max_new_tokens=8", "trainer.total_steps=1"]
+    args = parse_args(ap, smoke={"configs": ["default"], "label": "smoke", "every": 0.2, "set": tiny})
+    if not args.configs:
+        ap.error("name at least one config")
     label = args.label or (" ".join(args.set) or "shipped")
     root = Path(args.runs)
     root.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{args.out}.json"
+    path = results_dir() / f"{args.out}.json"
     rows = []
     for name in args.configs:
         slug = f"{name}-{label}".replace(" ", "_").replace("=", "-").replace("/", "_")
@@ -142,6 +146,9 @@ def main() -> None:
                         r["process_peak_mib"], r["tree_peak_mib"],
                         " -> ".join(r["held_out"].values()), r["wall_s"], r["cpu_s"]] for r in rows]))
     print(path)
+    failed = [f"{r['config']} (exit {r['exit_code']}, log {r['log']})" for r in rows if r["exit_code"]]
+    if failed:
+        raise SystemExit(f"runs that failed: {', '.join(failed)}")
 
 
 if __name__ == "__main__":

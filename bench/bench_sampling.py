@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from common import load_avg, machine_info, print_table, write_result
+from common import load_avg, machine_info, parse_args, print_table, write_result
 
 VOCAB = 49152
 
@@ -48,7 +48,7 @@ def main() -> None:
     parser.add_argument("--rows", default="1,4,16,64")
     parser.add_argument("--repeats", type=int, default=50)
     parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args()
+    args = parse_args(parser, smoke={"rows": "1,4", "repeats": 2})
     torch.set_num_threads(args.threads)
     from agentr1_core.rollout.transformers_sampling import RowSampling, sample_rows
 

@@ -28,8 +28,8 @@ from agentr1_tools_search.bm25 import build_bm25_index
 from agentr1_tools_search.corpus import SAMPLE_CORPUS, scan_corpus
 from agentr1_tools_search.datasets import load_hotpotqa
 from agentr1_tools_search.tool import SearchTool
+from common import parse_args, write_result
 
-RESULTS = Path(__file__).parent / "results" / "search.json"
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 
 
@@ -89,7 +89,7 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--top-k", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args()
+    args = parse_args(ap, smoke={"passages": 200, "queries": 20, "concurrency": 2})
 
     with tempfile.TemporaryDirectory(prefix="bench-search-") as tmp:
         corpus = Path(tmp) / "synthetic_corpus.jsonl"
@@ -120,9 +120,7 @@ def main() -> None:
     print("\nsearch tool benchmark (BM25, bm25s + PyStemmer)")
     for k, v in result.items():
         print(f"  {k:<{width}}  {v}")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"\nwrote {RESULTS}")
+    print(f"\nwrote {write_result('search', result)}")
 
 
 if __name__ == "__main__":

@@ -15,12 +15,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from common import parse_args, write_result
+
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args()
+    args = parse_args(parser, smoke={"repeats": 1})
 
     import ray
     from safetensors.torch import load_file
@@ -60,9 +62,12 @@ def main() -> None:
             disk.append(time.perf_counter() - t0)
             assert loaded, "no safetensors written"
     ray.shutdown()
-    print(json.dumps({"model": args.model, "device": device, "weights_mb": round(nbytes / 2 ** 20, 1),
-                      "in_memory_s": [round(x, 3) for x in memory], "disk_round_trip_s": [round(x, 3) for x in disk],
-                      "load_avg": os.getloadavg()}))
+    result = {"model": args.model, "device": device, "weights_mb": round(nbytes / 2 ** 20, 1),
+              "in_memory_s": [round(x, 3) for x in memory], "disk_round_trip_s": [round(x, 3) for x in disk],
+              "load_avg": os.getloadavg()}
+    print(json.dumps(result))
+    if args.smoke:
+        write_result("verl_weight_sync", result)
 
 
 if __name__ == "__main__":

@@ -21,13 +21,15 @@ import tempfile
 import time
 from pathlib import Path
 
+from common import parse_args, write_result
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", default=None)
-    args = parser.parse_args()
+    parser.add_argument("--out", default=None, help="also write the result to this file (a smoke run: to its folder)")
+    args = parse_args(parser, smoke={"repeats": 1})
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
     import torch
@@ -73,6 +75,8 @@ def main() -> int:
     print(json.dumps(result))
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    elif args.smoke:
+        write_result("vllm_weight_sync", result)
     return 0 if all(changed) else 1
 
 

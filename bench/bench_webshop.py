@@ -20,12 +20,15 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+import agentr1_env_webshop
 from agentr1_core.mdp import Action
 from agentr1_env_webshop.catalog import load_catalog
 from agentr1_env_webshop.data import load_goals
 from agentr1_env_webshop.env import WebShopEnv
+from common import parse_args, write_result
 
 ROOT = Path(__file__).resolve().parent
+SAMPLE = Path(agentr1_env_webshop.__file__).parent / "data" / "sample"  # the catalogue sample in the wheel
 
 
 def first_result_policy(env: WebShopEnv) -> str:
@@ -64,8 +67,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default=str(ROOT.parent.parent / "shared" / "data" / "webshop"))
     ap.add_argument("--goals", type=int, default=500)
-    ap.add_argument("--out", default=str(ROOT / "results" / "webshop.json"))
-    args = ap.parse_args()
+    ap.add_argument("--out", default=None, help="result file (default: bench/results/webshop.json)")
+    args = parse_args(ap, smoke={"data": str(SAMPLE), "goals": 3})
     data = Path(args.data)
     t0 = time.perf_counter()
     catalog = load_catalog(str(data / "products_1k_processed.jsonl"), str(data / "product_prices_seed0.json"))
@@ -79,8 +82,11 @@ def main() -> int:
               "catalog_products": len(catalog.products), "catalog_load_s": load_s,
               "machine": f"{platform.processor() or platform.machine()}, 1 process", "policies": results,
               "not_measured": "untrained default model (needs the trainer's rollout engine)"}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=2), encoding="utf-8")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(report, indent=2), encoding="utf-8")
+    else:
+        write_result("webshop", report)
     print(f"WebShop, {report['goal_set']}; catalogue {len(catalog.products)} products loaded+indexed in {load_s:.1f}s")
     print(f"{'policy':<14}{'score':>8}{'SR':>8}{'steps/ep':>10}{'env steps/s':>13}")
     for name, r in results.items():

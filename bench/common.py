@@ -7,11 +7,17 @@ stage, with ``rows``/``epochs`` raised so that most greedy episodes call the cal
 the weights as a plain Hugging Face folder that every benchmark, vLLM included, can load. ``profile_ops`` gives the
 operator self times of one call under ``torch.profiler``.
 
+Every benchmark script takes ``--smoke`` (``parse_args``): the same code path at sizes that run in seconds, for CI
+(``tests/bench/test_bench_smoke.py``). A smoke run writes its results to ``$AGENTR1_BENCH_RESULTS`` or a temporary
+folder, never to ``bench/results/``, marks them ``"smoke": true``, and passes the mode on to the processes it starts
+(``AGENTR1_BENCH_SMOKE=1``). Its warm start is a smaller SFT, cached apart from the full one.
+
 Nothing here times anything by itself or asserts anything.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import json
@@ -20,6 +26,7 @@ import platform
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -29,7 +36,52 @@ RESULTS = ROOT / "bench" / "results"
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"  # scripts/setup_vllm.sh
 WARM_SFT_OVERRIDES = ("sft.rows=48", "sft.epochs=2")
+SMOKE_WARM_SFT_OVERRIDES = ("sft.rows=4", "sft.epochs=1")
+SMOKE_ENV = "AGENTR1_BENCH_SMOKE"  # "1": this process and the ones it starts run at smoke size
+RESULTS_ENV = "AGENTR1_BENCH_RESULTS"  # where a smoke run writes its results (default: a new temporary folder)
+
+
+# -- smoke runs --------------------------------------------------------------------------------------------------------
+
+def is_smoke() -> bool:
+    return os.environ.get(SMOKE_ENV) == "1"
+
+
+def parse_args(parser: argparse.ArgumentParser, smoke: dict[str, Any],
+               argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """``parser.parse_args`` plus ``--smoke``: the script's own code at the sizes in ``smoke`` (argument defaults;
+    options given on the command line still win). The mode is inherited by child processes through the
+    environment, so a child started with ``--child ...`` runs at smoke size too."""
+    parser.add_argument("--smoke", action="store_true",
+                        help="run in seconds at small sizes (" + ", ".join(f"{k}={v}" for k, v in smoke.items())
+                             + "); results go to $AGENTR1_BENCH_RESULTS or a temporary folder, not bench/results")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--smoke" in argv or is_smoke():
+        os.environ[SMOKE_ENV] = "1"
+        parser.set_defaults(**smoke)
+    args = parser.parse_args(argv)
+    args.smoke = is_smoke()
+    if args.smoke and "--child" not in " ".join(argv):
+        print(f"[smoke] small sizes; results in {results_dir()}", flush=True)
+    return args
+
+
+def results_dir() -> Path:
+    """``bench/results``, or for a smoke run ``$AGENTR1_BENCH_RESULTS`` (made on first use, shared with the
+    processes it starts) and never ``bench/results`` itself."""
+    if not is_smoke():
+        return RESULTS
+    folder = os.environ.get(RESULTS_ENV)
+    if not folder:
+        folder = tempfile.mkdtemp(prefix="agentr1-bench-smoke-")
+        os.environ[RESULTS_ENV] = folder
+    path = Path(folder).resolve()
+    if path == RESULTS.resolve():
+        raise SystemExit(f"a smoke run does not write to {RESULTS}: set {RESULTS_ENV} to another folder")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def load_avg() -> list[float]:
@@ -85,8 +137,12 @@ def peak_rss_mib() -> float:
 
 
 def write_result(name: str, result: dict[str, Any]) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
+    """``<results_dir()>/<name>.json``; a smoke run's result says ``"smoke": true``."""
+    folder = results_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    if is_smoke():
+        result = {"smoke": True, **result}
+    path = folder / f"{name}.json"
     path.write_text(json.dumps(result, indent=2, default=str) + "\n")
     return path
 
@@ -136,17 +192,19 @@ def cache_dir() -> Path:
 
 
 def warm_model_dir(threads: int = 2) -> Path:
-    """A Hugging Face folder with the default model after the default task's SFT warm start (built once, cached)."""
-    folder = cache_dir() / "smollm2-135m-default-sft"
+    """A Hugging Face folder with the default model after the default task's SFT warm start (built once, cached;
+    a smoke run's is a smaller SFT, cached apart)."""
+    sft = SMOKE_WARM_SFT_OVERRIDES if is_smoke() else WARM_SFT_OVERRIDES
+    folder = cache_dir() / ("smollm2-135m-default-sft" + ("-smoke" if is_smoke() else ""))
     if (folder / "config.json").is_file() and (folder / "model.safetensors").is_file():
         return folder
     import torch
 
     torch.set_num_threads(threads)
-    cfg = default_config(["stages=[sft]", "validation.max_rows=0", *WARM_SFT_OVERRIDES])
+    cfg = default_config(["stages=[sft]", "validation.max_rows=0", *sft])
     trainer = make_trainer(cfg)
     try:
-        print(f"[warm start] SFT on expert episodes ({', '.join(WARM_SFT_OVERRIDES)}), cached in {folder}", flush=True)
+        print(f"[warm start] SFT on expert episodes ({', '.join(sft)}), cached in {folder}", flush=True)
         trainer.run_sft()
         model = trainer.backend.policy.model
         for p in model.parameters():

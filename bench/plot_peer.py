@@ -1,31 +1,37 @@
 """Draws ``docs/benchmarks.png`` from the peer benchmark results in ``bench/results/peer_*.json``.
 
 One command: ``python bench/plot_peer.py``. Panels whose result file is missing are left out. Small on purpose
-(one PNG, 100 dpi).
+(one PNG, 100 dpi). ``--smoke`` draws the same figure into the smoke run's results folder.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results"
+from common import RESULTS, ROOT, parse_args, results_dir
 
 
-def load(name: str) -> dict | None:
-    path = RESULTS / f"peer_{name}.json"
+def load(folder: Path, name: str) -> dict | None:
+    path = folder / f"peer_{name}.json"
     return json.loads(path.read_text()) if path.is_file() else None
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--results", default=str(RESULTS), help="folder of the peer_*.json files")
+    parser.add_argument("--out", default=None, help="the PNG (default: docs/benchmarks.png)")
+    args = parse_args(parser, smoke={})
+    default = results_dir() / "benchmarks.png" if args.smoke else ROOT / "docs" / "benchmarks.png"
+    out = Path(args.out) if args.out else default
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    data = {k: load(k) for k in ("rollout", "scaling", "iteration", "update", "context")}
+    data = {k: load(Path(args.results), k) for k in ("rollout", "scaling", "iteration", "update", "context")}
     panels = [k for k, v in data.items() if v]
     if not panels:
         sys.exit("no bench/results/peer_*.json yet")
@@ -78,7 +84,6 @@ def main() -> None:
             ax.legend(fontsize=7)
         ax.tick_params(labelsize=7)
     fig.tight_layout()
-    out = ROOT / "docs" / "benchmarks.png"
     fig.savefig(out, dpi=100)
     print(f"wrote {out} ({out.stat().st_size // 1024} KiB)")
 

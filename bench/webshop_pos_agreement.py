@@ -17,10 +17,14 @@ import gzip
 import json
 from pathlib import Path
 
+import agentr1_env_webshop
 from agentr1_env_webshop.catalog import load_catalog, read_json_records
 from agentr1_env_webshop.nouns import NOUN_TAGS, perceptron_tags
+from common import parse_args, write_result
 
 ROOT = Path(__file__).resolve().parent
+SAMPLE = Path(agentr1_env_webshop.__file__).parent / "data" / "sample"  # the catalogue sample in the wheel
+GOAL_FILES = ("goals_synthetic_derived_seed0.json", "goals_human_derived_seed0.json")  # those present are read
 
 
 def score(purchased: list[str], desired: list[str]) -> float:
@@ -36,15 +40,14 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default=str(ROOT.parent.parent / "shared" / "data" / "webshop"))
     ap.add_argument("--spacy", default=str(ROOT / "results" / "webshop_spacy_parses.json.gz"))
-    ap.add_argument("--out", default=str(ROOT / "results" / "webshop_pos_agreement.json"))
-    args = ap.parse_args()
+    ap.add_argument("--out", default=None, help="result file (default: bench/results/webshop_pos_agreement.json)")
+    args = parse_args(ap, smoke={"data": str(SAMPLE)})
     data = Path(args.data)
     raw = Path(args.spacy).read_bytes()
     ref = json.loads(gzip.decompress(raw) if args.spacy.endswith(".gz") else raw)
     parses = ref["parses"]
     cat = load_catalog(str(data / "products_1k_processed.jsonl"), str(data / "product_prices_seed0.json"))
-    goals = read_json_records(data / "goals_synthetic_derived_seed0.json") + read_json_records(
-        data / "goals_human_derived_seed0.json")
+    goals = [g for name in GOAL_FILES if (data / name).is_file() for g in read_json_records(data / name)]
 
     rules = {
         "spacy": lambda t: [w.lower() for w, p in parses[t] if p in NOUN_TAGS],
@@ -84,7 +87,10 @@ def main() -> int:
                 agree += (a in NOUN_TAGS) == (b in NOUN_TAGS)
     out["tokenisation_identical_share"] = same_tok / len(parses)
     out["token_noun_agreement"] = agree / total
-    Path(args.out).write_text(json.dumps(out, indent=2), encoding="utf-8")
+    if args.out:
+        Path(args.out).write_text(json.dumps(out, indent=2), encoding="utf-8")
+    else:
+        write_result("webshop_pos_agreement", out)
     print(f"reference: {ref['meta']}; {len(pairs)} (goal, candidate) pairs over {len(by_name)} goal names")
     print(f"{'rule':<12}{'title differs':>15}{'r_type differs':>16}{'mean |d title|':>16}")
     for rule in ("perceptron", "all_alpha"):
