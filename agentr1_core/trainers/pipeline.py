@@ -57,6 +57,12 @@ class RolloutBatch:
     metrics: dict[str, Any] = field(default_factory=dict)
 
 
+def greedy_baseline(loop: Any) -> dict[str, bool]:
+    """The rollout's ``greedy_baseline`` keyword when the algorithm asks for it (ReMax), else none: a loop or
+    backend that predates it still works."""
+    return {"greedy_baseline": True} if getattr(loop, "greedy_baseline", False) else {}
+
+
 def tag_versions(trajectories: list[Any], version: int) -> None:
     for traj in trajectories:
         for step in traj.steps:
@@ -100,8 +106,7 @@ class InlineRollouts:
         loop.backend.take_stats()  # start the counters' window at this rollout
         with loop.peaks.phase("rollout"):
             trajs, seconds = loop.rollout(rows, int(loop.cfg.rollout.n), loop.sampling, desc=f"rollout {iteration}",
-                                          prefix=f"it{iteration}-",
-                                          greedy_baseline=getattr(loop, "greedy_baseline", False))
+                                          prefix=f"it{iteration}-", **greedy_baseline(loop))
         tag_versions(trajs, iteration - 1)
         return RolloutBatch(iteration, rows, trajs, seconds, version=iteration - 1, data_epoch=loop.data.epoch)
 
@@ -268,7 +273,7 @@ class PipelinedRollouts:
                     loop.backend.take_stats()  # the counters' window starts at this rollout
                     trajs, seconds = loop.rollout(rows, int(cfg.rollout.n), loop.sampling,
                                                   desc=f"rollout {iteration}", prefix=f"it{iteration}-",
-                                                  greedy_baseline=getattr(loop, "greedy_baseline", False))
+                                                  **greedy_baseline(loop))
                     counters = loop.backend.take_stats()
                 tag_versions(trajs, version)
                 batch = RolloutBatch(iteration, rows, trajs, seconds, version, data_state, epoch,
