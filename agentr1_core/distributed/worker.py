@@ -6,7 +6,9 @@ the model named by ``model.path``, builds the configured engine, reward function
 ``run_episodes`` calls: a list of ``(row, group_id, uid)`` episodes, all run concurrently so that every ``generate``
 reaches the engine at once. Each call carries the trainer's latest weights as ``(version, [object ref])``; a worker
 whose version differs (a fresh one, or one restarted after a crash) applies them first with the engine's
-``sync_weights``.
+``sync_weights``. Sampled generations are seeded per (run seed, episode uid, call), as on the local backend
+(``trainers.seeding``): the tokens an episode samples do not depend on which worker runs it, with which others, or
+whether the worker was restarted.
 
 Engine failures. After each call the worker asks its engine whether it can still generate (an engine's
 ``failure``, e.g. vLLM's core process died): if not, the call raises ``RolloutEngineError`` naming the engine and the
@@ -23,11 +25,13 @@ run. ``crash_after(k)`` exists for failure drills: the process exits once ``k`` 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import time
 from typing import Any
 
 from agentr1_core.rollout.base import SamplingParams
+from agentr1_core.trainers.seeding import EpisodeSeededEngine
 
 
 class _ErrorRecordingEngine:
@@ -168,7 +172,7 @@ class RolloutWorker:
                            policy: str = "model", weights: tuple[int, list[Any]] | None = None) -> dict[str, Any]:
         from agentr1_core.flows import FlowContext
         from agentr1_core.lifecycle.memory import trim
-        from agentr1_core.rollout.driver import run_episode
+        from agentr1_core.rollout.driver import current_episode_uid, run_episode
 
         t_start = time.perf_counter()
         trim()  # the last chunk's KV buffers, freed while the engine idled, go back to the OS
@@ -184,8 +188,10 @@ class RolloutWorker:
                           max_turns=int(self.cfg.rollout.max_turns),
                           max_prompt_tokens=int(self.cfg.rollout.max_prompt_tokens), policy=policy)
 
-        def make_flow() -> Any:
-            return self.registry.build("agent_flow", self.flow_name, self.flow_params, where="agent_flow", ctx=ctx)
+        def make_flow() -> Any:  # built inside the episode's task: its uid seeds its sampled generations
+            seeded = EpisodeSeededEngine(engine, f"{int(self.cfg.seed)}/{current_episode_uid()}")
+            return self.registry.build("agent_flow", self.flow_name, self.flow_params, where="agent_flow",
+                                       ctx=dataclasses.replace(ctx, engine=seeded))
 
         async def one(row: dict[str, Any], group: str, uid: str) -> Any:
             traj = await run_episode(make_flow, row, group, uid)

@@ -170,10 +170,24 @@ class VerlGroups:
 
     # -- helpers ------------------------------------------------------------------------------------------------
     def _padded(self, proto: Any) -> tuple[Any, int]:
+        """``proto`` padded to a multiple of the ranks. verl pads by repeating real rows; here those copies carry no
+        weight: their response mask is 0, so they add nothing to any loss, nor to its token count (verl normalises
+        by the masked tokens of the global mini-batch), and the losses equal those of one rank."""
         from verl.protocol import pad_dataproto_to_divisor
 
-        padded, pad = pad_dataproto_to_divisor(proto, self.n_gpus)  # padding rows repeat real ones
+        padded, pad = pad_dataproto_to_divisor(proto, self.n_gpus)
+        if pad:
+            mask = padded.batch["response_mask"].clone()
+            mask[len(proto):] = 0
+            padded.batch["response_mask"] = mask
         return padded, pad
+
+    @staticmethod
+    def _real_rows(mini: int, real: int, padded: int) -> float:
+        """The real rows of a mini-batch of ``mini`` rows out of ``padded`` (``real`` of them not padding): what the
+        sequence-mean losses divide by. Exact with one mini-batch; with several, padding rows fall into them at
+        random (verl shuffles), so each divides by the average share."""
+        return mini * real / padded if padded else float(mini)
 
     def _micro(self, rows: int) -> int:
         """The micro-batch size for a batch of ``rows`` over all ranks: the largest divisor of each rank's share
@@ -203,7 +217,8 @@ class VerlGroups:
         mini = self._mini(len(padded), mini_batches)
         tu.assign_non_tensor(td, calculate_entropy=float(actor.entropy_coeff) != 0.0, distillation_use_topk=False,
                              micro_batch_size_per_gpu=self._micro(mini),
-                             distillation_only=False, global_batch_size=mini, mini_batch_size=mini,
+                             distillation_only=False, global_batch_size=self._real_rows(mini, len(proto), len(padded)),
+                             mini_batch_size=mini,
                              epochs=int(epochs), seed=int(seed), dataloader_kwargs={"shuffle": True},
                              compute_loss=True)
         return _metrics(self.actor.update_actor(td))
