@@ -32,9 +32,11 @@
 #                     missing; nothing else runs unless --parts is given too
 #
 # Limits in seconds (environment): GPU_CHECK_INSTALL_S 240, GPU_CHECK_SEED_S 150 (part a, per seed),
-# GPU_CHECK_SMOKE_S 420 (b), GPU_CHECK_ROLLOUT_S 300 (c). GPU_CHECK_DEVICE=cpu GPU_CHECK_CONFIG=tiny rehearses part a
-# on a machine without a GPU (the named config of part a, default `default`; the device, default cuda). The parts together need about 11-13 minutes on one H200
-# (a: about 3, b: about 5, c: about 3, the install 1-2): run them as two calls, e.g. --parts a,c then --parts b.
+# GPU_CHECK_SMOKE_S 420 (b), GPU_CHECK_ROLLOUT_S 300 (c). GPU_CHECK_CONFIG names part a's config (default
+# `default`), GPU_CHECK_DEVICE its device (default cuda): GPU_CHECK_DEVICE=cpu GPU_CHECK_CONFIG=tiny rehearses part a
+# on a machine without a GPU. GPU_CHECK_RUNS: the run folders and full logs [/tmp/agentr1-gpu-check].
+# The parts should need about 11-13 minutes together on one H200 (estimated: a about 3, b about 5, c about 3, the
+# install 1-2): run them as two calls, e.g. --parts a,c then --parts b.
 #
 # Results (at most 8 files, as a device call brings back): gpu_check.txt (versions, each part's outcome and table),
 # part_a.json, rollout.json, freeze.txt (the machine's own packages: a --have file for the next bundle) and
@@ -111,7 +113,8 @@ if [ -n "$STAGE" ]; then
   # first fit, largest file first: each file goes into the first batch with room for it
   used=($(( $(stat -c %s "$STAGE/SHA256SUMS") + $(stat -c %s "$STAGE/MANIFEST") )))
   while read -r size file; do
-    [ "$size" -le "$limit" ] || die "$file is $((size / 1048576)) MiB, more than --batch-mb $BATCH_MB: bundle again with a smaller --split-mb"
+    [ "$size" -le "$limit" ] \
+      || die "$file is $((size / 1048576)) MiB, more than --batch-mb $BATCH_MB: bundle again with a smaller --split-mb"
     i=0
     while [ "$i" -lt "${#used[@]}" ] && [ $((used[i] + size)) -gt "$limit" ]; do i=$((i + 1)); done
     [ "$i" -lt "${#used[@]}" ] || used+=(0)
@@ -160,14 +163,21 @@ if [ -n "$RECEIVE" ]; then
     if [ -f "$dest/$file" ]; then present=$((present + 1)); else missing+=("$file"); fi
   done < "$sums"
   echo "gpu_check: received ${#moved[@]} file(s); $dest holds $present of $((present + ${#missing[@]})) files"
-  [ "${#bad[@]}" -eq 0 ] || { rm -f "${bad[@]/#/$dest/}"; die "checksum mismatch, removed: ${bad[*]} (carry them again)"; }
-  [ "${#missing[@]}" -eq 0 ] || echo "gpu_check: still missing ${#missing[@]}: ${missing[*]:0:6}$([ "${#missing[@]}" -gt 6 ] && echo ' ...')"
+  if [ "${#bad[@]}" -gt 0 ]; then
+    rm -f "${bad[@]/#/$dest/}"
+    die "checksum mismatch, removed: ${bad[*]} (carry them again)"
+  fi
+  if [ "${#missing[@]}" -gt 0 ]; then
+    more=""
+    [ "${#missing[@]}" -le 6 ] || more=" ..."
+    echo "gpu_check: still missing ${#missing[@]}: ${missing[*]:0:6}$more"
+  fi
   [ "$PARTS_GIVEN" -eq 1 ] || exit 0
   [ "${#missing[@]}" -eq 0 ] || die "the bundle is incomplete; not running the parts"
   BUNDLE=$dest
 fi
 
-# -- the plan -----------------------------------------------------------------------------------------------------------
+# -- the plan ---------------------------------------------------------------------------------------------------
 RUNS=${GPU_CHECK_RUNS:-/tmp/agentr1-gpu-check}  # run folders and logs (big files stay here, not in the results)
 CLI=("$PY" -c "from agentr1_core.cli import entry; entry()")
 plan() {
@@ -179,7 +189,8 @@ plan() {
   for part in "${PART_LIST[@]}"; do
     case "$part" in
       a) for s in "${SEED_LIST[@]}"; do
-           echo "  a seed $s  agentr1-core run $CONFIG model.device=$DEVICE seed=$s run_dir=$RUNS/a-seed$s   (limit ${SEED_S} s)"
+           echo "  a seed $s  agentr1-core run $CONFIG model.device=$DEVICE seed=$s run_dir=$RUNS/a-seed$s" \
+                "  (limit ${SEED_S} s)"
          done ;;
       b) echo "  b        PYTHON=$PY RUN_DIR=$RUNS/b ITERATIONS=3 bash bench/gpu_smoke.sh   (limit ${SMOKE_S} s):"
          echo "           $(RUN_DIR=$RUNS/b ITERATIONS=3 bash "$ROOT/bench/gpu_smoke.sh" --dry-run)" ;;
@@ -216,7 +227,7 @@ fi
 lacking=$(missing_for_plan)
 [ -z "$lacking" ] || die "cannot run here: no $(head -1 <<< "$lacking") (--dry-run prints the plan)"
 
-# -- the run ------------------------------------------------------------------------------------------------------------
+# -- the run ----------------------------------------------------------------------------------------------------
 deadline=$((SECONDS + BUDGET))
 mkdir -p "$RESULTS" "$RUNS"
 RESULTS=$(cd "$RESULTS" && pwd)
@@ -243,7 +254,8 @@ peak_stop() {  # prints the peak in MiB, or n/a
 MEM_PID=""
 trap '[ -z "$MEM_PID" ] || kill "$MEM_PID" 2>/dev/null || true' EXIT
 
-note "== gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ), parts $PARTS, checkout $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
+note "== gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ), parts $PARTS, checkout $commit"
 note "$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1 \
         || echo "no GPU (device $DEVICE)")"
 "$PY" -m pip freeze > "$RESULTS/freeze.txt" 2>/dev/null || true
@@ -322,7 +334,8 @@ EOF
       if [ "$t" -eq 0 ]; then note "b: skipped (budget)"; continue; fi
       start=$SECONDS
       rc=0
-      PYTHON=$PY RUN_DIR=$RUNS/b ITERATIONS=3 timeout -k 15 "$t" bash "$ROOT/bench/gpu_smoke.sh" > "$RUNS/b.log" 2>&1 || rc=$?
+      PYTHON=$PY RUN_DIR=$RUNS/b ITERATIONS=3 timeout -k 15 "$t" bash "$ROOT/bench/gpu_smoke.sh" \
+        > "$RUNS/b.log" 2>&1 || rc=$?
       note "b: exit $rc in $((SECONDS - start)) s (limit $t s)"
       sed -n '/^gpu_smoke summary/,$p' "$RUNS/b.log" | tee -a "$SUMMARY"
       ;;

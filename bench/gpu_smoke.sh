@@ -19,7 +19,8 @@
 # Without a package index, from a bundle written by scripts/gpu_bundle.sh (docs/distributed.md, "Air-gapped /
 # offline GPU install"), next to the machine's own torch:
 #
-#   bash scripts/gpu_install.sh BUNDLE --target /tmp/agentr1-site && PYTHONPATH=/tmp/agentr1-site bash bench/gpu_smoke.sh
+#   bash scripts/gpu_install.sh BUNDLE --target /tmp/agentr1-site
+#   PYTHONPATH=/tmp/agentr1-site bash bench/gpu_smoke.sh
 #
 # Prints a summary: per iteration the mean reward, rollout tok/s, update seconds, logprob_gap_max and the mismatch
 # diagnostics (k3 KL, ESS), and the GPU memory peak (nvidia-smi, sampled every second). Exit code 0 with

@@ -109,7 +109,9 @@ if [ "${#PLATFORMS[@]}" -eq 0 ]; then
   for n in $(seq 5 39); do PLATFORMS+=("manylinux_2_${n}_x86_64"); done
 fi
 if [ "$OURS_ONLY" -eq 1 ]; then
-  if [ "${#REQS[@]}" -gt 0 ] || [ "${#REQ_FILES[@]}" -gt 0 ]; then die "--ours-only takes no --only or --requirements"; fi
+  if [ "${#REQS[@]}" -gt 0 ] || [ "${#REQ_FILES[@]}" -gt 0 ]; then
+    die "--ours-only takes no --only or --requirements"
+  fi
   [ "$OURS" != none ] || die "--ours-only with --ours none leaves nothing to bundle"
 elif [ "${#REQS[@]}" -eq 0 ] && [ "${#REQ_FILES[@]}" -eq 0 ]; then
   REQS=("${DEFAULT_REQS[@]}")
@@ -170,7 +172,10 @@ if [ "${#BUILDS[@]}" -gt 0 ]; then
   echo "gpu_bundle: building ${#BUILDS[@]} wheel(s) from source archives: ${BUILDS[*]}"
   "$PIP_PY" -m pip wheel -q --no-deps --no-binary :all: -w "$WORK/built" "${BUILDS[@]}"
   for w in "$WORK"/built/*.whl; do
-    case "$w" in *-none-any.whl) cp "$w" "$OUT/" ;; *) die "$(basename "$w") is not pure Python: it cannot be built here for another platform" ;; esac
+    case "$w" in
+      *-none-any.whl) cp "$w" "$OUT/" ;;
+      *) die "$(basename "$w") is not pure Python: it cannot be built here for another platform" ;;
+    esac
   done
 fi
 
@@ -205,7 +210,8 @@ for path in have_files:
         stem = re.sub(r"[-_.]+", "_", name).lower()
         info = f"{stem}-{version}.dist-info"
         files = {f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-                 f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: gpu_bundle\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+                 f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: gpu_bundle\nRoot-Is-Purelib: true\n"
+                                  "Tag: py3-none-any\n"}
         record = []
         for member, text in files.items():
             digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()

@@ -68,7 +68,8 @@ grep -q ' MANIFEST$' "$FOLDER/SHA256SUMS" || die "SHA256SUMS does not list MANIF
 if [ "${#missing[@]}" -gt 0 ] || [ "${#bad[@]}" -gt 0 ]; then
   for f in "${missing[@]}"; do echo "gpu_install: missing: $f" >&2; done
   for f in "${bad[@]}"; do echo "gpu_install: checksum mismatch: $f" >&2; done
-  die "$FOLDER is incomplete or damaged (${#missing[@]} missing, ${#bad[@]} damaged of $((checked + ${#missing[@]})) files); copy those again"
+  die "$FOLDER is incomplete or damaged (${#missing[@]} missing, ${#bad[@]} damaged of" \
+    "$((checked + ${#missing[@]})) files); copy those again"
 fi
 
 # -- join the parts; every wheel checked against MANIFEST -------------------------------------------------------------
