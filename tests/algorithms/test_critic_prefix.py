@@ -2,8 +2,8 @@
 read by the critic only, at the value positions it reads without one.
 
 Rendering and checks use the real SmolLM2 tokenizer; the critic passes a tiny random Llama with that tokenizer and a
-random (non-zero) value head, so that a value that moved shows. The CLI cases run the installed console script:
-bad input is one line and exit code 2 before the model loads.
+random (non-zero) value head, so that a value that moved shows. The same bad prefixes through the CLI (one line,
+exit code 2, before the model loads) are cases of ``tests/cli/test_bad_input.py``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import math
 import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -275,33 +274,7 @@ def test_bootstrap_values_read_the_next_observation_after_the_prefix(tiny_model,
     assert from_obs == 1 and boot[0].item() == pytest.approx(expected, abs=1e-5)
 
 
-# -- the CLI --------------------------------------------------------------------------------------------------------
-CLI_CASES = {
-    "critic_free": (["algorithm.name=grpo", "critic.prefix.template='Answer: {ground_truth}'"],
-                    ["config error at critic.prefix", "algorithm 'grpo' has no critic"]),
-    "missing_field": (["algorithm.name=steppo", "critic.prefix.template='Answer: {reference_solution}'"],
-                      ["config error at critic.prefix", "training row 0", "{reference_solution} is missing"]),
-    "too_long": (["algorithm.name=steppo", "critic.prefix.template='Answer: {ground_truth}'",
-                  "critic.prefix.max_tokens=2"], ["config error at critic.prefix", "more than max_tokens=2"]),
-}
-
-
-def test_bad_prefixes_stop_the_cli_with_one_line_and_exit_2(tmp_path):
-    env = {**os.environ, "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1"}
-
-    def run(name):
-        args = ["run", "tiny", f"run_dir={tmp_path / name}", *CLI_CASES[name][0]]
-        return subprocess.run([CLI, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-
-    with ThreadPoolExecutor(max_workers=3) as pool:
-        done = dict(zip(CLI_CASES, pool.map(run, CLI_CASES)))
-    for name, proc in done.items():
-        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-        assert proc.returncode == 2 and len(lines) == 1, (name, proc.stdout[-500:], proc.stderr[-1500:])
-        assert all(part in lines[0] for part in CLI_CASES[name][1]), (name, lines[0])
-        assert "[setup]" not in proc.stdout  # found before the model loads
-
-
+# -- the config ------------------------------------------------------------------------------------------------------
 def test_the_config_accepts_a_prefix_from_yaml_and_dotlist(tmp_path):
     path = tmp_path / "run.yaml"
     path.write_text("base: tiny\ncritic:\n  prefix:\n    template: \"Answer: {ground_truth}\\n\"\n    max_tokens: 16\n")

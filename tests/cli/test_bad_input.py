@@ -160,6 +160,16 @@ def _cases(ws: Path) -> list[Case]:
         Case("export_unwritable", ["export", str(ws / "with_ckpt"), str(ws / "a_file" / "out")], ["a_file"]),
         Case("eval_no_checkpoint", ["eval", "tiny", r("an"), "--checkpoint", "latest"], ["no complete checkpoint"]),
         Case("eval_run_dir_no_checkpoint", ["eval", str(ws / "saved_run")], ["no complete checkpoint"]),
+        # the asymmetric critic's prefix (critic.prefix): checked over every training row before the model loads
+        Case("critic_prefix_without_critic", ["run", "tiny", "critic.prefix.template='Answer: {ground_truth}'",
+                                              r("cp1")],
+             ["config error at critic.prefix", "algorithm 'grpo' has no critic"]),
+        Case("critic_prefix_missing_field", ["run", "tiny", "algorithm.name=steppo", r("cp2"),
+                                             "critic.prefix.template='Solution: {reference_solution}'"],
+             ["config error at critic.prefix", "training row 0", "{reference_solution} is missing"]),
+        Case("critic_prefix_too_long", ["run", "tiny", "algorithm.name=steppo", r("cp3"), "critic.prefix.max_tokens=2",
+                                        "critic.prefix.template='Answer: {ground_truth}'"],
+             ["config error at critic.prefix", "more than max_tokens=2", "never cut"]),
     ]
     try:
         import torch
