@@ -12,8 +12,9 @@ For each concurrency N: N chat prompts of varying length (``bench_rollout.build_
   device.
 
 Each method runs once untimed on a few prompts first, so that kernel compilation and CUDA start-up stay out of the
-numbers. Writes the rows to ``--out`` after every method (a method that fails is recorded with its error and the rest
-go on). Measures only; asserts nothing.
+numbers. Writes the rows to ``--out`` (default ``bench/results/rollout_gpu.json``) after every method; a method that
+fails is recorded with its error, the rest go on, and the exit code is 1. ``--smoke`` runs the transformers methods
+on 2 requests of 4 tokens (CI). Measures only; asserts nothing.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from bench_rollout import build_prompts, trim_after_eos  # noqa: E402
+from common import parse_args, results_dir  # noqa: E402
 
 from agentr1_core.models import load_model_and_tokenizer  # noqa: E402
 from agentr1_core.rollout.base import SamplingParams  # noqa: E402
@@ -94,8 +96,9 @@ def main() -> None:
     parser.add_argument("--concurrency", default="64,256")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--methods", default="engine,static_batch,vllm")
-    parser.add_argument("--out", default="rollout_gpu.json")
-    args = parser.parse_args()
+    parser.add_argument("--out", default=None, help="the JSON result [bench/results/rollout_gpu.json]")
+    args = parse_args(parser, smoke={"device": "cpu", "concurrency": "2", "max_new_tokens": 4,
+                                     "methods": "engine,static_batch"})
     sizes = [int(n) for n in args.concurrency.split(",")]
     methods = args.methods.split(",")
     unknown = set(methods) - {"engine", "static_batch", "vllm"}
@@ -104,8 +107,9 @@ def main() -> None:
 
     result = {"model": args.model, "device": args.device, "dtype": args.dtype, "vllm_dtype": args.vllm_dtype,
               "max_new_tokens": args.max_new_tokens, "torch": torch.__version__, "platform": platform.platform(),
-              "gpu": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else None, "rows": []}
-    out = Path(args.out)
+              "gpu": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else None, "rows": [],
+              **({"smoke": True} if args.smoke else {})}
+    out = Path(args.out) if args.out else results_dir() / "rollout_gpu.json"
 
     def record(method: str, n: int, fn) -> None:
         row = {"method": method, "concurrency": n}
@@ -164,6 +168,8 @@ def main() -> None:
             print(f"{row['method']:<13}{row['concurrency']:>11}{row['generated_tokens']:>9}{row['seconds']:>9}"
                   f"{row['tokens_per_s']:>10,.0f}")
     print(f"\nwrote {out}")
+    if any("error" in row for row in result["rows"]):
+        sys.exit(1)
 
 
 if __name__ == "__main__":
