@@ -21,7 +21,8 @@ processes and engines do not wait for the update, nor the update for them. The r
   for a finished rollout ``async/trainer_idle_seconds``.
 * **Snapshots.** After each update the trainer takes ``backend.snapshot_weights()`` (a copy: the update goes on
   while the producer publishes it); ``backend.publish_weights(snapshot)`` runs on the producer's thread, between two
-  rollouts. Validation during RL pauses the producer (it waits for the rollout in flight) and samples the
+  rollouts, and announces the new version to the engines (``sync_weights``: no prefix cached under the old weights
+  is reused). Validation during RL pauses the producer (it waits for the rollout in flight) and samples the
   trainer's current weights.
 * **Stops, checkpoints, resume.** A checkpoint records the data order as of the last rollout trained, so the
   rollouts in flight are not part of it: when the pipeline stops (the end of RL, a signal, an error) the rollout in
