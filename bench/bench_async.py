@@ -107,7 +107,7 @@ def main() -> None:
     parser.add_argument("--extra", action="append", default=[], help="a config override for every run (repeatable)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="where the run directories go (default: runs/bench-async)")
-    tiny = ["rollout.batch_size=1", "rollout.n=2", "rollout.max_new_tokens=8"]
+    tiny = ["rollout.batch_size=1", "rollout.n=2", "rollout.max_new_tokens=8", "trainer.threads=1"]
     args = parse_args(parser, smoke={"task": ["calculator"], "staleness": [0, 1], "iterations": 2, "extra": tiny})
     out_dir = Path(args.out) if args.out else results_dir() / "runs" if args.smoke else ROOT / "runs" / "bench-async"
     tasks = args.task or ["calculator"]

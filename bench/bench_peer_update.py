@@ -112,11 +112,13 @@ def main() -> None:
         def update(rows_subset):
             sub = build_step_batch(rows_subset, width=batch.action_mask.shape[1])
             sub.old_logprobs = batch.old_logprobs[: len(rows_subset)]
-            # one sample per task: GRPO's advantages are 0, run the rows anyway (skip_inert=False)
+            # one sample per task: GRPO's advantages are 0, run the rows and step anyway (skip_inert=False,
+            # step_without_gradient=True)
             return policy_update(trainer.backend.policy, trainer.algorithm, trainer.backend.optimizer, rows_subset,
                                  sub, adv.advantages[: len(rows_subset)], adv.returns[: len(rows_subset)],
                                  UpdateSettings(micro_batch_size=int(tr.micro_batch_size), temperature=temp,
-                                                max_grad_norm=float(tr.max_grad_norm), skip_inert=False))
+                                                max_grad_norm=float(tr.max_grad_norm), skip_inert=False,
+                                                step_without_gradient=True))
 
         mb = int(tr.micro_batch_size)
         update(steps[:mb])  # warm-up: one micro-batch

@@ -119,7 +119,7 @@ def main() -> None:
     ap.add_argument("--runs", default="/tmp/agentr1-run-memory", help="where the run directories go")
     ap.add_argument("--every", type=float, default=0.5, help="seconds between RSS samples")
     tiny = ["sft.rows=2", "sft.batch_size=2", "validation.max_rows=2", "rollout.batch_size=1", "rollout.n=2",
-            "rollout.max_new_tokens=8", "trainer.total_steps=1"]
+            "rollout.max_new_tokens=8", "trainer.total_steps=1", "trainer.threads=1"]
     args = parse_args(ap, smoke={"configs": ["default"], "label": "smoke", "every": 0.2, "set": tiny})
     if not args.configs:
         ap.error("name at least one config")

@@ -24,6 +24,7 @@ import json
 import os
 import platform
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -52,8 +53,11 @@ def is_smoke() -> bool:
 def parse_args(parser: argparse.ArgumentParser, smoke: dict[str, Any],
                argv: Sequence[str] | None = None) -> argparse.Namespace:
     """``parser.parse_args`` plus ``--smoke``: the script's own code at the sizes in ``smoke`` (argument defaults;
-    options given on the command line still win). The mode is inherited by child processes through the
-    environment, so a child started with ``--child ...`` runs at smoke size too."""
+    options given on the command line still win), on one torch thread where the script has ``--threads`` (two
+    threads on a busy machine wait on each other at every parallel region). The mode is inherited by child processes
+    through the environment, so a child started with ``--child ...`` runs at smoke size too."""
+    if parser.get_default("threads") is not None:
+        smoke = {"threads": 1, **smoke}
     parser.add_argument("--smoke", action="store_true",
                         help="run in seconds at small sizes (" + ", ".join(f"{k}={v}" for k, v in smoke.items())
                              + "); results go to $AGENTR1_BENCH_RESULTS or a temporary folder, not bench/results")
@@ -212,7 +216,10 @@ def warm_model_dir(threads: int = 2) -> Path:
         tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
         model.save_pretrained(tmp)
         trainer.backend.tokenizer.save_pretrained(tmp)
-        tmp.rename(folder)
+        try:
+            tmp.rename(folder)
+        except OSError:  # another process finished the same warm start first: keep its folder
+            shutil.rmtree(tmp, ignore_errors=True)
     finally:
         trainer.close()
     return folder
