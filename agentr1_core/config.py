@@ -85,9 +85,9 @@ class TrainerConfig:
     lr: float = 1e-6
     weight_decay: float = 0.0
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    optimizer_kernel: str = "auto"  # auto | fused | foreach: AdamW's kernel (auto: fused on CUDA, foreach elsewhere)
     max_grad_norm: float = 1.0
     micro_batch_size: int = 8  # steps per forward/backward
-    optimizer_kernel: str = "auto"  # auto | fused | foreach: AdamW's kernel (auto: fused on CUDA, foreach elsewhere)
     micro_batch_tokens: int = 0  # and at most this many token positions per forward/backward (0: rows only)
     share_prefix: int = 32  # a micro-batch's common token prefix of at least this many tokens runs once (0: off)
     skip_inert_rows: bool = True  # rows with zero loss and gradient (a GRPO group of equal rewards) are not run

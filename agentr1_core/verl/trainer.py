@@ -38,10 +38,10 @@ from agentr1_core.distributed.settings import ClusterSettings
 from agentr1_core.lifecycle.run_dir import VERL_STATE_FILE, verl_checkpoint_dirs
 from agentr1_core.trainers.backend import RunInputs
 from agentr1_core.trainers.loop import TrainingLoop
+from agentr1_core.trainers.roles import check_recompute_mode
 from agentr1_core.trainers.update import off_policy_correction
 
 # verl's metric names -> the local trainer's (both are written: the local name and ``verl/<name>``)
-from agentr1_core.trainers.roles import check_recompute_mode
 LOCAL_NAMES = {"loss": "loss", "grad_norm": "grad_norm", "actor/pg_loss": "pg_loss", "actor/pg_clipfrac":
                "clip_fraction", "actor/ppo_kl": "approx_kl", "actor/entropy_loss": "entropy", "kl_loss": "kl",
                "critic/vf_loss": "value_loss", "critic/vf_clipfrac": "value_clip_fraction", "sft_nll": "sft_nll"}
@@ -138,11 +138,11 @@ class VerlBackend:
         from agentr1_core.models import load_model_and_tokenizer
 
         cfg = self.cfg
+        check_recompute_mode(cfg.trainer.recompute_old_logprobs)  # bad input fails before any worker starts
         correction = off_policy_correction(cfg)
         if correction is not None and correction.mode == "tis":
             raise ConfigError("config error at trainer.off_policy_correction: tis is not available on the verl "
                               "backend (verl's loss takes its ratio to the old policy); use decoupled")
-        check_recompute_mode(cfg.trainer.recompute_old_logprobs)  # bad input fails before any worker starts
         self.algorithm = run.algorithm
         self.device = pick_device(self.n_gpus)
         os.environ.update(verl_compat.compat_environment())  # inherited by the Ray workers started below
