@@ -80,7 +80,7 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a config override (e.g. trainer.onednn_linears=false); repeatable")
     parser.add_argument("--out", default="peer_update", help="result name (bench/results/<out>.json)")
-    args = parse_args(parser, smoke={"episodes": 2, "sizes": "64,128", "reps": 1, "profile": True,
+    args = parse_args(parser, smoke={"episodes": 2, "sizes": "64,128", "reps": 1,
                                      "set": ["trainer.micro_batch_size=2"]})
 
     import torch

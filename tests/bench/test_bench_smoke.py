@@ -27,10 +27,12 @@ RESULTS = BENCH / "results"
 SCRIPTS = sorted(p.name for p in BENCH.glob("*.py") if 'if __name__ == "__main__":' in p.read_text())
 RUNS_IN = {"bench_vllm_weight_sync.py": ".venv-vllm", "bench_verl_weight_sync.py": ".venv-verl"}
 STARTS_CHILDREN_IN = {"bench_peer_rollout.py": ".venv-vllm", "bench_recipe_rollout.py": ".venv-vllm"}
-SLOW = {  # over about 20 s each on the 2-core development machine (vLLM, verl and Ray start-ups, whole runs)
-    "bench_async.py", "bench_distributed.py", "bench_memory.py", "bench_peer_iteration.py", "bench_peer_rollout.py",
-    "bench_recipe_rollout.py", "bench_run_memory.py", "bench_verl_weight_sync.py", "bench_vllm_weight_sync.py",
-    "bench_alfworld.py",
+SLOW = {  # over about 15 CPU-seconds each on the 2-core development machine (vLLM, verl and Ray start-ups, whole
+    # runs, several processes, training passes)
+    "bench_algorithms.py", "bench_alfworld.py", "bench_async.py", "bench_distributed.py", "bench_head.py",
+    "bench_memory.py", "bench_peer_iteration.py", "bench_peer_rollout.py", "bench_peer_scaling.py",
+    "bench_peer_update.py", "bench_recipe_rollout.py", "bench_response_forward.py", "bench_rollout.py",
+    "bench_run_memory.py", "bench_verl_weight_sync.py", "bench_vllm_weight_sync.py",
 }
 
 
