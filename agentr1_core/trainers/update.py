@@ -39,8 +39,8 @@ from agentr1_core.cpu_linears import CpuLinears
 from agentr1_core.trainers.batching import (ModelInputs, StepRow, collate, critic_state_row, has_critic_prefix,
                                             micro_batches)
 from agentr1_core.trainers.forward import ForwardOutput, response_forward
-
 from agentr1_core.validation import OPTIMIZER_KERNELS
+
 
 @dataclass
 class Critic:
