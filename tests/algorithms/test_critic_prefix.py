@@ -27,6 +27,7 @@ from agentr1_core.config import ConfigError, load_config
 from agentr1_core.flows import render_prompt
 from agentr1_core.mdp import Observation, Step, Trajectory
 from agentr1_core.rollout.driver import task_id
+from agentr1_core.testing.models import tiny_llama
 from agentr1_core.trainers.batching import build_step_batch, critic_view, trajectories_to_rows
 from agentr1_core.trainers.roles import bootstrap_values
 from agentr1_core.trainers.update import Critic, Policy, UpdateSettings, policy_update, score_batch
@@ -141,14 +142,7 @@ def test_the_prefix_is_tokenised_on_its_own_and_joined_by_ids(smol_tokenizer, tm
 # -- the critic reads the prefix, nothing else does ------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def tiny_model(smol_tokenizer):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(smol_tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-                         pad_token_id=smol_tokenizer.pad_token_id, eos_token_id=smol_tokenizer.eos_token_id,
-                         bos_token_id=1, tie_word_embeddings=True)
-    return LlamaForCausalLM(config).eval()
+    return tiny_llama(smol_tokenizer)
 
 
 PREFIX = [301, 302, 303, 304, 305]

@@ -21,6 +21,7 @@ from agentr1_core.flows import AgentEnvLoop, FlowContext
 from agentr1_core.mdp import Step, Trajectory
 from agentr1_core.rollout.base import SamplingParams
 from agentr1_core.rollout.driver import current_episode_uid, rollout_async, split_greedy
+from agentr1_core.testing.models import tiny_llama
 from agentr1_core.trainers.batching import build_step_batch, trajectories_to_rows
 from agentr1_core.trainers.metrics import rollout_metrics
 
@@ -117,16 +118,9 @@ def test_greedy_returns_take_the_sum_of_the_greedy_episodes_step_rewards():
 # -- the greedy episode in the rollout ----------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def tiny_engine(smol_tokenizer):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     from agentr1_core.rollout.transformers_engine import TransformersEngine
 
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(smol_tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-                         pad_token_id=smol_tokenizer.pad_token_id, eos_token_id=smol_tokenizer.eos_token_id,
-                         bos_token_id=1, tie_word_embeddings=True)
-    engine = TransformersEngine(LlamaForCausalLM(config).eval(), smol_tokenizer, max_batch_size=1, seed=0)
+    engine = TransformersEngine(tiny_llama(smol_tokenizer), smol_tokenizer, max_batch_size=1, seed=0)
     yield engine
     engine.close()
 

@@ -11,19 +11,14 @@ import torch.nn.functional as F
 
 from agentr1_core.trainers.batching import ModelInputs, collate, trajectories_to_rows
 from agentr1_core.mdp import Step, Trajectory
+from agentr1_core.testing.models import tiny_llama
 from agentr1_core.trainers import head as head_module
 from agentr1_core.trainers.forward import output_layer, response_forward
 
 
 @pytest.fixture(scope="module")
 def tiny(smol_tokenizer):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(smol_tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-                         pad_token_id=smol_tokenizer.pad_token_id, tie_word_embeddings=True)
-    return LlamaForCausalLM(config).eval()
+    return tiny_llama(smol_tokenizer)
 
 
 def _all_positions_forward(model, inputs: ModelInputs, width: int, temperature: float, value_head):
