@@ -36,7 +36,7 @@ from agentr1_core.lifecycle import warm_start
 from agentr1_core.lifecycle.checkpoint import check_run_dir
 from agentr1_core.lifecycle.episode_errors import check_expert_steps, report_episode_errors
 from agentr1_core.lifecycle.memory import (
-    PhasePeaks, account, account_line, child_processes_mb, device_account, rss_mb,
+    PhasePeaks, account, account_line, child_processes_mb, device_account, rss_mb, trim,
 )
 from agentr1_core.lifecycle.metrics import (
     MetricsLogger, console_line, console_notes, truncate_metrics, write_episodes, write_train_episodes,
@@ -154,6 +154,7 @@ class TrainingLoop:
         self.algorithm = self.registry.build("algorithm", name, params, where="algorithm")
         # ReMax: each training rollout adds one greedy episode per row, its baseline (never trained on)
         self.greedy_baseline = bool(getattr(self.algorithm, "needs_greedy_baseline", False))
+        trim()  # measured as each phase starts: after what was freed went back to the OS
         self.baseline_mb = rss_mb()  # before any model: interpreter, libraries, datasets
         self.backend_line = self.backend.build(RunInputs(config=cfg, registry=self.registry, run_dir=self.run_dir,
                                                          algorithm=self.algorithm, train_rows=self.train_rows,
