@@ -35,7 +35,8 @@ def child_sft(args: argparse.Namespace) -> dict:
     from agentr1_core.models import load_model_and_tokenizer
     from agentr1_core.trainers.batching import trajectories_to_rows
     from agentr1_core.trainers.local import enable_activation_checkpointing, freeze_below_top
-    from agentr1_core.trainers.update import Policy, make_optimizer, sft_update
+    from agentr1_core.trainers.optimizer_steps import make_optimizer
+    from agentr1_core.trainers.update import Policy, sft_update
 
     torch.set_num_threads(args.threads)
     baseline = rss_mb()

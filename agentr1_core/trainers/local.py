@@ -40,9 +40,10 @@ from agentr1_core.trainers import roles
 from agentr1_core.trainers.backend import RunInputs
 from agentr1_core.trainers.batching import build_step_batch
 from agentr1_core.trainers.loop import TrainingLoop
+from agentr1_core.trainers.optimizer_steps import make_optimizer
 from agentr1_core.trainers.seeding import EpisodeSeededEngine
 from agentr1_core.trainers.update import (
-    Policy, UpdateSettings, make_optimizer, off_policy_correction, policy_update, score_batch, sft_update,
+    Policy, UpdateSettings, off_policy_correction, policy_update, score_batch, sft_update,
 )
 
 

@@ -21,7 +21,8 @@ import torch
 
 from agentr1_core.config import ConfigError
 from agentr1_core.trainers.batching import StepRow
-from agentr1_core.trainers.update import Critic, Policy, make_optimizer, state_values
+from agentr1_core.trainers.optimizer_steps import make_optimizer
+from agentr1_core.trainers.update import Critic, Policy, state_values
 
 RECOMPUTE_MODES = ("auto", "true", "false")
 

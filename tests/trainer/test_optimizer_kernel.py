@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from agentr1_core.config import ConfigError, load_config
-from agentr1_core.trainers.update import make_optimizer
+from agentr1_core.trainers.optimizer_steps import make_optimizer
 from agentr1_core.validation import check_values
 
 

@@ -17,7 +17,8 @@ from agentr1_core.mdp import Observation, Step, Trajectory
 from agentr1_core.trainers.batching import build_step_batch, collate, trajectories_to_rows
 from agentr1_core.trainers.forward import response_forward
 from agentr1_core.trainers.roles import bootstrap_values, engine_runs_module, recompute_old_logprobs
-from agentr1_core.trainers.update import Critic, Policy, UpdateSettings, make_optimizer, policy_update, score_batch
+from agentr1_core.trainers.optimizer_steps import make_optimizer
+from agentr1_core.trainers.update import Critic, Policy, UpdateSettings, policy_update, score_batch
 
 
 def _rows(model, pad_id: int, lengths=((5, 2), (9, 2), (4, 20), (7, 20)), noise: float = 0.05):

@@ -14,7 +14,8 @@ from agentr1_core.algorithms.components import ALGORITHM_CLASSES
 from agentr1_core.mdp import Step, Trajectory
 from agentr1_core.trainers.batching import build_step_batch, collate, trajectories_to_rows
 from agentr1_core.trainers.forward import response_forward
-from agentr1_core.trainers.update import Policy, UpdateSettings, make_optimizer, policy_update
+from agentr1_core.trainers.optimizer_steps import make_optimizer
+from agentr1_core.trainers.update import Policy, UpdateSettings, policy_update
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
