@@ -13,6 +13,7 @@ benchmarks start their vLLM children there; without that environment these tests
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -27,6 +28,7 @@ RESULTS = BENCH / "results"
 SCRIPTS = sorted(p.name for p in BENCH.glob("*.py") if 'if __name__ == "__main__":' in p.read_text())
 RUNS_IN = {"bench_vllm_weight_sync.py": ".venv-vllm", "bench_verl_weight_sync.py": ".venv-verl"}
 STARTS_CHILDREN_IN = {"bench_peer_rollout.py": ".venv-vllm", "bench_recipe_rollout.py": ".venv-vllm"}
+STARTS_RAY = {"bench_distributed.py", "bench_verl_weight_sync.py"}  # one at a time with other Ray tests (ray_lock)
 SLOW = {  # over about 15 CPU-seconds each on the 2-core development machine (vLLM, verl and Ray start-ups, whole
     # runs, several processes, training passes)
     "bench_algorithms.py", "bench_alfworld.py", "bench_async.py", "bench_distributed.py", "bench_head.py",
@@ -64,7 +66,7 @@ def skipped_entries(value, where: str = "") -> list[str]:
 def test_the_glob_finds_the_benchmarks_and_leaves_out_the_shared_modules():
     assert {"bench_peer_iteration.py", "bench_peer_rollout.py", "bench_run_memory.py", "plot_peer.py"} <= set(SCRIPTS)
     assert not {"common.py", "latency_tools.py"} & set(SCRIPTS)
-    assert SLOW <= set(SCRIPTS), SLOW - set(SCRIPTS)  # a renamed script keeps its marker
+    assert SLOW | STARTS_RAY <= set(SCRIPTS), (SLOW | STARTS_RAY) - set(SCRIPTS)  # a renamed script keeps its marks
 
 
 def test_skipped_entries_are_found_at_any_depth():
@@ -74,7 +76,7 @@ def test_skipped_entries_are_found_at_any_depth():
 
 
 @pytest.mark.parametrize("script", [pytest.param(s, marks=[pytest.mark.slow] if s in SLOW else []) for s in SCRIPTS])
-def test_benchmark_runs_at_smoke_size(script, tmp_path):
+def test_benchmark_runs_at_smoke_size(script, tmp_path, ray_lock):
     python = environment_python(RUNS_IN[script]) if script in RUNS_IN else Path(sys.executable)
     if script in STARTS_CHILDREN_IN:
         environment_python(STARTS_CHILDREN_IN[script])
@@ -82,8 +84,9 @@ def test_benchmark_runs_at_smoke_size(script, tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "AGENTR1_BENCH_SMOKE")}
     env.update(AGENTR1_BENCH_RESULTS=str(out), PYTHONUNBUFFERED="1")
     before = snapshot(RESULTS)
-    proc = subprocess.run([str(python), str(BENCH / script), "--smoke"], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=900)
+    with ray_lock() if script in STARTS_RAY else contextlib.nullcontext():
+        proc = subprocess.run([str(python), str(BENCH / script), "--smoke"], cwd=REPO, env=env, capture_output=True,
+                              text=True, timeout=900)
     log = "\n".join((proc.stdout + proc.stderr).splitlines()[-40:])
     assert proc.returncode == 0, f"{script} --smoke exited {proc.returncode}:\n{log}"
     written = sorted(p.name for p in out.iterdir()) if out.is_dir() else []

@@ -14,6 +14,13 @@ import pytest
 VERL_PYTHON = Path(__file__).resolve().parents[2] / ".venv-verl" / "bin" / "python"
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_ray_at_a_time(ray_lock):
+    """These modules start Ray, verl and vLLM: one module at a time on the machine (see ``ray_lock``)."""
+    with ray_lock():
+        yield
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory, smol_tokenizer):
     from agentr1_core.testing.models import save_tiny_llama
