@@ -20,6 +20,8 @@ stopped. Run directories: ``runs/bench_algorithms/<task>/<arm>/seed<S>``.
     python bench/bench_algorithms.py                                  # both tasks, 5 arms, seeds 0 1 2
     python bench/bench_algorithms.py --tasks default --seeds 0        # a part of it
     python bench/bench_algorithms.py --smoke                          # every arm once on ``tiny``, 1 iteration
+    python bench/bench_algorithms.py --tasks default --arms steppo steppo_prefix --seeds 0 \
+        --override trainer.critic_lr=1e-3 --runs-dir runs/bench_algorithms_critic_lr --out algorithms_critic_lr
 
 ``--smoke`` runs each arm once on the ``tiny`` config (the default task at tiny sizes, one RL iteration, no SFT) with
 a tiny random Llama that has SmolLM2's tokenizer, and writes its result to ``$AGENTR1_BENCH_RESULTS`` or a temporary
@@ -164,14 +166,14 @@ def table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def results_path(smoke: bool) -> Path:
+def results_path(smoke: bool, name: str = "algorithms") -> Path:
     if not smoke:
-        return RESULTS / "algorithms.json"
+        return RESULTS / f"{name}.json"
     folder = Path(os.environ.get(RESULTS_ENV) or tempfile.mkdtemp(prefix="agentr1-bench-smoke-")).resolve()
     if folder == RESULTS.resolve():
         raise SystemExit(f"a smoke run does not write to {RESULTS}: set {RESULTS_ENV} to another folder")
     folder.mkdir(parents=True, exist_ok=True)
-    return folder / "algorithms.json"
+    return folder / f"{name}.json"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -181,16 +183,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--runs-dir", default=str(ROOT / "runs" / "bench_algorithms"))
     parser.add_argument("--rerun", action="store_true", help="run again the runs that finished before")
+    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="a config override for every run (repeatable), e.g. trainer.critic_lr=1e-3")
+    parser.add_argument("--out", default="algorithms", help="the results file's name in bench/results (no .json)")
     parser.add_argument("--smoke", action="store_true", help="every arm once on the tiny config, one iteration")
     args = parser.parse_args(argv)
     smoke = args.smoke or os.environ.get(SMOKE_ENV) == "1"
-    extra: list[str] = []
+    extra: list[str] = list(args.override)
     if smoke:
         args.tasks, args.seeds = ["default"], [0]
         args.runs_dir = str(results_path(True).parent / "runs")
-        extra = [*SMOKE, f"model.path={tiny_model(Path(args.runs_dir).parent / 'tiny-model')}"]
+        extra += [*SMOKE, f"model.path={tiny_model(Path(args.runs_dir).parent / 'tiny-model')}"]
     results: dict[str, Any] = {"smoke": smoke, "started": time.strftime("%Y-%m-%d %H:%M:%S"), "load_avg_start":
-                               [round(x, 2) for x in os.getloadavg()], "runs": {}, "episodes_per_prompt": {}}
+                               [round(x, 2) for x in os.getloadavg()], "overrides": extra, "runs": {},
+                       "episodes_per_prompt": {}}
     for task in args.tasks:
         config = "tiny" if smoke else TASKS[task]
         n = config_n(config)
@@ -201,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
                 run = run_one(config, task, arm, seed, n, run_dir, extra, args.rerun or smoke)
                 results["runs"].setdefault(task, {}).setdefault(arm, {})[str(seed)] = run
     results["load_avg_end"] = [round(x, 2) for x in os.getloadavg()]
-    path = results_path(smoke)
+    path = results_path(smoke, args.out)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=2), encoding="utf-8")
     print(table(results))
