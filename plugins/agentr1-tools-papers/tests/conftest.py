@@ -30,6 +30,13 @@ def isolated_cache(tmp_path_factory):
     mp.undo()
 
 
+@pytest.fixture(autouse=True)
+def cache_of_this_plugins_tests(isolated_cache, monkeypatch):
+    """Each test of this folder sees its own folder's cache, also when the suite runs in several processes and
+    another plugin's tests, which point ``AGENTR1_CACHE`` elsewhere, ran in this process in between."""
+    monkeypatch.setenv("AGENTR1_CACHE", str(isolated_cache))
+
+
 @pytest.fixture
 def small_corpus() -> Path:
     return DATA / "papers_small.jsonl"
