@@ -194,9 +194,9 @@ def main(argv: list[str] | None = None) -> int:
         args.tasks, args.seeds = ["default"], [0]
         args.runs_dir = str(results_path(True).parent / "runs")
         extra += [*SMOKE, f"model.path={tiny_model(Path(args.runs_dir).parent / 'tiny-model')}"]
-    results: dict[str, Any] = {"smoke": smoke, "started": time.strftime("%Y-%m-%d %H:%M:%S"), "load_avg_start":
-                               [round(x, 2) for x in os.getloadavg()], "overrides": extra, "runs": {},
-                       "episodes_per_prompt": {}}
+    results: dict[str, Any] = {"smoke": smoke, "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+                               "load_avg_start": [round(x, 2) for x in os.getloadavg()], "overrides": extra,
+                               "runs": {}, "episodes_per_prompt": {}}
     for task in args.tasks:
         config = "tiny" if smoke else TASKS[task]
         n = config_n(config)

@@ -34,10 +34,10 @@ def tiny_model_dir(tmp_path_factory, smol_tokenizer) -> str:
 
 @pytest.fixture(scope="session")
 def ray_lock(tmp_path_factory):
-    """``with ray_lock(): ...`` holds the one machine-wide lock of the tests that start Ray (themselves, through verl,
-    or with ``ray start``): ``ray.init()`` joins a Ray instance it finds running on the machine and ``ray stop
-    --force`` stops every one, so two of them must not overlap. The lock file sits beside the worker processes' own
-    temporary folders, where every worker of the session finds it."""
+    """``with ray_lock(): ...`` holds the lock of the tests that start Ray (themselves, through verl, or with ``ray
+    start``): ``ray.init()`` joins a Ray instance it finds running on the machine and ``ray stop --force`` stops every
+    one, so two of them must not overlap. The lock file sits beside the worker processes' own temporary folders,
+    where every worker process of the session finds the same one."""
 
     @contextlib.contextmanager
     def hold():
