@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU measurements of one lent machine, in one prepared script: each part under its own time limit, the results
+# The GPU measurements of one GPU machine, in one prepared script: each part under its own time limit, the results
 # in one output folder.
 #
 #   a  the default config (calculator, SFT warm start then GRPO) with model.device=cuda, for each seed: held-out

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Download every wheel the GPU stack needs into one folder, for a machine that cannot reach a package index (an
-# air-gapped cluster, a lent GPU box). Run it on a connected machine; install the folder with scripts/gpu_install.sh.
+# air-gapped cluster, a GPU box behind a job runner). Run it on a connected machine; install the folder with
+# scripts/gpu_install.sh.
 #
 # Usage: bash scripts/gpu_bundle.sh [options]
 #
