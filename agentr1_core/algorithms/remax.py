@@ -14,7 +14,11 @@ only, never on the sampled actions, so the baseline leaves the policy gradient u
 
 The greedy episode is not trained on (it gives no step rows) and is not part of the rollout's reward metrics;
 ``greedy_returns`` (what the ``remax`` component's ``prepare_batch`` in ``components.py`` runs) reports
-``remax/greedy_return_mean`` and ``remax/greedy_episodes``. A sampled trajectory whose group has no usable greedy
+``remax/greedy_return_mean``, ``remax/greedy_episodes`` and ``remax/greedy_top_fraction``: the fraction of groups
+whose greedy episode scored at least as well as every sample and better than one of them, so that every sampled
+advantage is 0 or negative and the update only pushes failures down. When it is ``TOP_FRACTION_LIMIT`` or more,
+``remax_warning`` gives the console a line: a policy whose greedy answer is usually right learns little from ReMax,
+and a group baseline (``grpo``, ``rloo``) suits it better. A sampled trajectory whose group has no usable greedy
 episode (one that crashed before its first step, or was lost with a rollout worker) gets advantage 0 and is counted
 in ``remax/missing_baselines``: it is not trained against a made-up baseline.
 
@@ -35,17 +39,28 @@ from agentr1_core.algorithms.segments import STAT_DTYPE, discounted_return_to_go
 from agentr1_core.rollout.driver import GREEDY_INFO_KEY
 
 GREEDY_RETURNS = "greedy_returns"  # batch.extras key: [S] the greedy return of each row's group (NaN: none)
+TOP_FRACTION_LIMIT = 0.5  # remax/greedy_top_fraction at or above this is reported on the console
+
+
+def _episode_return(traj: Any) -> float:
+    return float(sum(float(s.reward) for s in traj.steps))
 
 
 def greedy_returns(rows: Sequence[Any], trajectories: Sequence[Any]) -> tuple[torch.Tensor, dict[str, float]]:
     """``[S]`` float64: for each step row (``row.traj`` indexes ``trajectories``), the return of the greedy episode
     of its trajectory's group, NaN when the group has none with at least one step; and the ``remax/*`` metrics."""
     greedy: dict[str, float] = {}
+    sampled: dict[str, list[float]] = {}
     for traj in trajectories:
-        if traj.info.get(GREEDY_INFO_KEY) and traj.steps:
-            value = float(sum(float(s.reward) for s in traj.steps))
-            if math.isfinite(value):
-                greedy[traj.group_id] = value
+        if not traj.steps:
+            continue
+        value = _episode_return(traj)
+        if not math.isfinite(value):
+            continue
+        if traj.info.get(GREEDY_INFO_KEY):
+            greedy[traj.group_id] = value
+        else:
+            sampled.setdefault(traj.group_id, []).append(value)
     out = torch.full((len(rows),), float("nan"), dtype=STAT_DTYPE)
     missing: set[str] = set()
     for i, row in enumerate(rows):
@@ -55,10 +70,24 @@ def greedy_returns(rows: Sequence[Any], trajectories: Sequence[Any]) -> tuple[to
         else:
             missing.add(group)
     shown = list(greedy.values())
+    paired = [g for g in greedy if g in sampled]
+    on_top = sum(greedy[g] >= max(sampled[g]) and greedy[g] > min(sampled[g]) for g in paired)
     metrics = {"remax/greedy_episodes": float(len(shown)),
                "remax/greedy_return_mean": sum(shown) / len(shown) if shown else 0.0,
+               "remax/greedy_top_fraction": on_top / len(paired) if paired else 0.0,
                "remax/missing_baselines": float(len(missing))}
     return out, metrics
+
+
+def remax_warning(metrics: dict) -> str | None:
+    """One line when ``remax/greedy_top_fraction`` reaches ``TOP_FRACTION_LIMIT``; None otherwise."""
+    top = metrics.get("remax/greedy_top_fraction")
+    if not isinstance(top, (int, float)) or top < TOP_FRACTION_LIMIT:
+        return None
+    return (f"[remax] in {top:.0%} of the groups the greedy episode scored at least as well as every sample and "
+            f"better than some: their advantages are 0 or negative, so the update only pushes failures down and never "
+            f"raises a success the greedy policy lacks; with a policy this often right, algorithm.name=grpo or rloo "
+            f"learns more")
 
 
 def remax_advantages(batch: StepBatch) -> AdvantageOutput:

@@ -244,17 +244,18 @@ def _counts(counts: Any) -> str:
 
 def console_notes(m: dict[str, Any]) -> list[str]:
     """Lines printed after an iteration's line when it did something a user must know of: an update skipped because
-    no row carries a gradient, and an engine whose sampling log-probs disagree with the trainer's past the limits of
-    ``algorithms.mismatch``."""
+    no row carries a gradient, an engine whose sampling log-probs disagree with the trainer's past the limits of
+    ``algorithms.mismatch``, and ReMax's greedy baseline beating the samples in most groups (``algorithms.remax``)."""
     from agentr1_core.algorithms.mismatch import mismatch_warning
+    from agentr1_core.algorithms.remax import remax_warning
 
     notes = []
     if m.get("update_skipped"):
         notes.append("[update] skipped: no row carries a gradient (every advantage is 0, e.g. every episode of each "
                      "group scored the same); the optimizer did not step and the weights are unchanged")
-    warning = mismatch_warning(m)
-    if warning:
-        notes.append(warning)
+    for warning in (mismatch_warning(m), remax_warning(m)):
+        if warning:
+            notes.append(warning)
     return notes
 
 

@@ -16,8 +16,9 @@ import torch
 
 from agentr1_core.algorithms.base import StepBatch
 from agentr1_core.algorithms.components import ReMax
-from agentr1_core.algorithms.remax import greedy_returns, remax_advantages
+from agentr1_core.algorithms.remax import greedy_returns, remax_advantages, remax_warning
 from agentr1_core.flows import AgentEnvLoop, FlowContext
+from agentr1_core.lifecycle.metrics import console_notes
 from agentr1_core.mdp import Step, Trajectory
 from agentr1_core.rollout.base import SamplingParams
 from agentr1_core.rollout.driver import current_episode_uid, rollout_async, split_greedy
@@ -89,7 +90,8 @@ def test_rows_are_paired_with_their_groups_greedy_episode_which_is_never_trained
     metrics = algo.prepare_batch(batch, steps.rows, trajs)
     assert batch.extras["greedy_returns"][[0, 1, 2, 4, 5, 6, 7]].tolist() == [0.5, 0.5, 0.5, 1.0, 1.0, 1.0, 1.0]
     assert math.isnan(float(batch.extras["greedy_returns"][3]))
-    assert metrics == {"remax/greedy_episodes": 2.0, "remax/greedy_return_mean": 0.75, "remax/missing_baselines": 1.0}
+    assert metrics == {"remax/greedy_episodes": 2.0, "remax/greedy_return_mean": 0.75,
+                       "remax/greedy_top_fraction": 0.0, "remax/missing_baselines": 1.0}
     adv = algo.compute_advantages(batch).advantages[:, 0]
     # a: R = 1 and 0 against 0.5; b: no baseline; c: R = 1 and 1 against 1
     assert adv.tolist() == [0.5, 0.5, -0.5, 0.0, 0.0, 0.0, 0.0, 0.0]
@@ -113,6 +115,22 @@ def test_greedy_returns_take_the_sum_of_the_greedy_episodes_step_rewards():
     rows = trajectories_to_rows(trajs).rows
     out, metrics = greedy_returns(rows, trajs)
     assert out.tolist() == [1.25] and metrics["remax/greedy_return_mean"] == 1.25
+
+
+def test_groups_where_the_greedy_episode_leaves_only_negative_advantages_are_counted_and_warned_of():
+    """Group ``a``: greedy 1 against samples 1 and 0 (advantages 0 and -1: pushed down only). ``b``: greedy 1
+    against 1 and 1 (all 0: no signal, not counted). ``c``: greedy 0 against 1 and 0 (a success to raise).
+    ``d``: greedy 1 against 0 (pushed down only). Two of four groups."""
+    trajs = [episode("a/0", "a", [1.0]), episode("a/1", "a", [0.0]), episode("a/greedy", "a", [1.0], True),
+             episode("b/0", "b", [1.0]), episode("b/1", "b", [0.0, 1.0]), episode("b/greedy", "b", [1.0], True),
+             episode("c/0", "c", [1.0]), episode("c/1", "c", [0.0]), episode("c/greedy", "c", [0.0], True),
+             episode("d/0", "d", [0.0]), episode("d/greedy", "d", [0.0, 1.0], True)]
+    _, metrics = greedy_returns(trajectories_to_rows(trajs).rows, trajs)
+    assert metrics["remax/greedy_top_fraction"] == 0.5
+    notes = console_notes(metrics)
+    assert len(notes) == 1 and notes[0].startswith("[remax] in 50% of the groups") and "grpo or rloo" in notes[0]
+    assert remax_warning({**metrics, "remax/greedy_top_fraction": 0.25}) is None
+    assert remax_warning({"reward_mean": 1.0}) is None  # other algorithms: no remax/* metrics, no line
 
 
 # -- the greedy episode in the rollout ----------------------------------------------------------------------------
