@@ -8,6 +8,7 @@
 * Bootstrapping (``bootstrap_values``): an episode that was cut (``max_turns``, context limit, an env fault) rather
   than finished is not a terminal state; its last step's next value is the critic's value of the next observation
   (after the row's privileged prefix, when ``critic.prefix`` gives one: the critic reads every state through it).
+  ``bootstrap_states`` picks those states for any backend; the verl trainer reads them with verl's critic.
 
 Nothing here runs an optimizer step.
 """
@@ -129,13 +130,14 @@ def engine_runs_module(engine: Any, module: Any) -> bool:
     return dtype is None or first is None or dtype == first.dtype
 
 
-def bootstrap_values(policy: Policy, trajectories: Sequence[Any], rows: Sequence[StepRow],
-                     values: torch.Tensor, tokenizer: Any, micro_batch_size: int) -> tuple[torch.Tensor, int]:
-    """``[S]`` next-state values for the last row of every trajectory that did not end ``done``: the critic's value
-    of the step's ``next_observation`` (rendered as the flow renders prompts; the row's ``critic_prefix_ids`` first,
-    as for every value the critic reads). Without a next observation (an env fault) the step's own value is used,
-    so that the cut neither rewards nor blames the action. Returns the values and how many came from a next
-    observation."""
+def bootstrap_states(trajectories: Sequence[Any], rows: Sequence[StepRow], values: torch.Tensor, tokenizer: Any,
+                     max_tokens: int = 0) -> tuple[torch.Tensor, list[list[int]], list[int]]:
+    """What bootstrapping needs, for any backend's critic. For the last row of every trajectory that did not end
+    ``done``: the critic's input for the step's ``next_observation`` (rendered as the flow renders prompts; the
+    row's ``critic_prefix_ids`` first, as for every value the critic reads). Returns ``[S]`` values holding the
+    fallback (0 after a terminal step; the step's own value where no next state can be read, an env fault or an
+    observation of ``max_tokens`` or more, so that the cut neither rewards nor blames the action), the next-state
+    token ids to evaluate, and the row index each belongs to."""
     from agentr1_core.flows import render_prompt
 
     out = torch.zeros(len(rows))
@@ -143,7 +145,6 @@ def bootstrap_values(policy: Policy, trajectories: Sequence[Any], rows: Sequence
     for i, r in enumerate(rows):
         if r.traj not in last or rows[last[r.traj]].step_index < r.step_index:
             last[r.traj] = i
-    limit = int(getattr(getattr(policy.model, "config", None), "max_position_embeddings", 0) or 0)
     prompts, targets = [], []
     for t, i in last.items():
         if rows[i].done:
@@ -160,9 +161,18 @@ def bootstrap_values(policy: Policy, trajectories: Sequence[Any], rows: Sequence
             continue
         if ids and rows[i].critic_prefix_ids:
             ids = list(rows[i].critic_prefix_ids) + list(ids)
-        if ids and (limit <= 0 or len(ids) < limit):
+        if ids and (max_tokens <= 0 or len(ids) < max_tokens):
             prompts.append(ids)
             targets.append(i)
+    return out, prompts, targets
+
+
+def bootstrap_values(policy: Policy, trajectories: Sequence[Any], rows: Sequence[StepRow],
+                     values: torch.Tensor, tokenizer: Any, micro_batch_size: int) -> tuple[torch.Tensor, int]:
+    """``[S]`` next-state values for the last row of every trajectory that did not end ``done`` (``bootstrap_states``),
+    read by the local critic. Returns the values and how many came from a next observation."""
+    limit = int(getattr(getattr(policy.model, "config", None), "max_position_embeddings", 0) or 0)
+    out, prompts, targets = bootstrap_states(trajectories, rows, values, tokenizer, limit)
     if prompts:
         out[torch.tensor(targets, dtype=torch.long)] = state_values(policy, prompts, micro_batch_size)
     return out, len(prompts)

@@ -14,7 +14,8 @@ Checkpoints: verl's actor (and critic) checkpoint plus the loop's state and the 
 
 Every registered algorithm runs here: critic-free ones (GRPO, Dr.GRPO, RLOO, REINFORCE, REINFORCE++, GiGPO) and the
 critic ones (PPO, StepPO), whose critic is verl's value-model worker with its own optimizer (with ``critic.prefix``
-it reads each step after the row's privileged prefix, ``algorithms.critic_prefix``; the actor never does), and
+it reads each step after the row's privileged prefix, ``algorithms.critic_prefix``; the actor never does; an
+episode cut before ``done`` is bootstrapped with its value of the next state, as on the local backend), and
 ReMax, whose greedy episodes run on the rollout workers beside the sampled ones. ``trainer.train_layers``
 freezes all but the actor's top blocks, as in the local trainer (the critic trains fully). Not supported: publishing
 un-merged LoRA adapters. ``device``: CUDA when torch sees a GPU, else the CPU platform of ``cpu_platform``
@@ -153,7 +154,10 @@ class VerlBackend:
             os.environ.update(verl_cpu_platform.cpu_environment())  # inherited by the Ray workers started below
             verl_cpu_platform.register()
         self.model_path = resolve_model_folder(str(cfg.model.path))
-        _, self.tokenizer = load_model_and_tokenizer(self.model_path, dtype="float32", device="cpu")
+        model, self.tokenizer = load_model_and_tokenizer(self.model_path, dtype="float32", device="cpu")
+        # the longest state the critic reads when bootstrapping a cut episode (0: no limit known)
+        self.max_positions = int(getattr(model.config, "max_position_embeddings", 0) or 0)
+        del model
         self.pad_id = (self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None
                        else self.tokenizer.eos_token_id)
         # critic.prefix: every training row's privileged prefix for the critic, tokenised once (and recorded)
@@ -355,6 +359,8 @@ class VerlBackend:
             batch.ref_logprobs = self.groups.ref_log_probs(scoring)[:, :width] * batch.action_mask
         if self.groups.critic is not None:
             batch.values = self.groups.values(critic_proto())
+            batch.extras["bootstrap_values"], out["bootstrapped_steps"] = self._bootstrap(steps.rows, trajs,
+                                                                                           batch.values, meta)
         out["score_seconds"] = time.perf_counter() - t_score
         out.update(self.algorithm.prepare_batch(batch, steps.rows, trajs) or {})
         adv = self.algorithm.compute_advantages(batch)
@@ -382,6 +388,26 @@ class VerlBackend:
         tokens = sum(len(r.prompt_ids) + len(r.response_ids) for r in steps.rows) * int(tr.update_epochs)
         out["update_tok_s"] = tokens / max(out["update_seconds"], 1e-9)
         return out
+
+    def _bootstrap(self, rows: list[Any], trajs: list[Any], values: Any, meta: dict[str, Any]) -> tuple[Any, int]:
+        """Next-state values of the episodes cut before ``done`` (``roles.bootstrap_states``), read by verl's critic:
+        each next state is a row whose prompt is the state's token ids and whose response is one pad token, the
+        place verl's critic reads a step's value. Returns ``[S]`` values and how many came from a next state."""
+        import torch
+
+        from agentr1_core.trainers.batching import StepRow
+        from agentr1_core.trainers.roles import bootstrap_states
+        from agentr1_core.verl.data import step_rows_to_verl, to_dataproto
+
+        out, states, targets = bootstrap_states(trajs, rows, values, self.tokenizer, self.max_positions)
+        if states:
+            state_rows = [StepRow(prompt_ids=ids, response_ids=[self.pad_id], old_logprobs=[0.0], traj=k, group=0,
+                                  step_index=0, reward=0.0, done=False, truncated=False)
+                          for k, ids in enumerate(states)]
+            proto = to_dataproto(step_rows_to_verl(state_rows, torch.zeros(len(states), 1), None, self.pad_id,
+                                                   meta=meta))
+            out[torch.tensor(targets, dtype=torch.long)] = self.groups.values(proto).float().cpu()
+        return out, len(states)
 
     # -- checkpoints --------------------------------------------------------------------------------------------
     def save_checkpoint(self, run_dir: Path, iteration: int, loop_state: dict[str, Any], metrics_offset: int) -> Path:

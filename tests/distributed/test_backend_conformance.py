@@ -15,6 +15,8 @@ Each backend runs the real CLI in a subprocess on the tiny task (a tiny random L
   old, and the importance weights are reported.
 * **nothing works**: every episode ends in an env error, so the run stops at the first rollout with exit 2 and the
   first error, instead of "training" on nothing.
+* **ReMax** scores one greedy episode per row and trains on the samples only; **StepPO** bootstraps every episode cut
+  before ``done`` with its critic's value of the next observation.
 
 The training loop is shared (``trainers.loop``), so these fail when a backend drops a stage, a metric key or a stop
 rule, or breaks the on-policy invariants.
@@ -23,6 +25,7 @@ rule, or breaks the on-policy invariants.
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import re
@@ -259,3 +262,26 @@ def test_remax_scores_one_greedy_episode_per_row_and_trains_on_the_samples_on_ev
     assert rec["train_steps"] == sum(len(e["steps"]) for e in sampled)  # no row from a greedy episode
     returns = [sum(s["reward"] for s in e["steps"]) for e in greedy]
     assert rec["remax/greedy_return_mean"] == pytest.approx(sum(returns) / 2)
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_steppo_bootstraps_the_episodes_cut_before_done_on_every_backend(backend, tiny_model_dir, tmp_path, request):
+    """Every episode makes one tool call with wrong argument types (the fault engine's first turn), gets the tool's
+    error as its next observation and is cut by ``rollout.max_turns=1``: not a terminal state, so each episode's
+    last step is bootstrapped with the critic's value of that next observation, read after the row's critic prefix
+    (the backend's own critic: the value head on the policy trunk, or verl's value model)."""
+    run_dir = tmp_path / backend
+    cmd = command(python_for(backend, request), backend, tiny_model_dir, run_dir, "algorithm.name=steppo",
+                  "stages=[rl]", "data.val=null", "trainer.total_steps=1", "trainer.checkpoint_every=-1",
+                  "env.name=faulty_env", "env.tools=[echo]", "engine.name=fault_injecting", "rollout.max_turns=1",
+                  "rollout.batch_size=2", "rollout.n=2",
+                  "data.train={name: fault_rows, repeats: 2, kinds: [wrong_argument_types]}",
+                  "critic.prefix.template='The correct answer is {ground_truth}. '")
+    proc = subprocess.run(cmd, cwd=ROOT, env=environment(AGENTR1_PLUGIN_MODULES="agentr1_core.testing.faults"),
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    [rec] = iterations(run_dir)
+    assert rec["episodes"] == 4 and rec["terminations"] == {"max_turns": 4}
+    assert rec["tool_errors"] == {"bad_arguments": 4}
+    assert rec["bootstrapped_steps"] == 4  # every cut episode's last step, from its next observation
+    assert math.isfinite(rec["adv/value_mean"]) and math.isfinite(rec["value_loss"])
