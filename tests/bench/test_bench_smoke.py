@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from agentr1_core.testing.ci import missing
+
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench"
 RESULTS = BENCH / "results"
@@ -41,10 +43,7 @@ SLOW = {  # over about 15 CPU-seconds each on the 2-core development machine (vL
 def environment_python(venv: str) -> Path:
     python = REPO / venv / "bin" / "python"
     if not python.is_file():
-        message = f"{python} is missing (scripts/setup_{venv.removeprefix('.venv-')}.sh creates it)"
-        if os.environ.get("AGENTR1_CI") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
+        missing(f"{python} is missing (scripts/setup_{venv.removeprefix('.venv-')}.sh creates it)")
     return python
 
 

@@ -6,10 +6,11 @@ its tokenizer and chat template are SmolLM2's, so prompts are rendered exactly a
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
+
+from agentr1_core.testing.ci import missing
 
 VERL_PYTHON = Path(__file__).resolve().parents[2] / ".venv-verl" / "bin" / "python"
 
@@ -42,8 +43,5 @@ def ray_cluster():
 def verl_python() -> Path:
     """verl's own environment (``bash scripts/setup_verl.sh``): missing, it skips here and fails in CI."""
     if not VERL_PYTHON.is_file():
-        message = f"{VERL_PYTHON} is missing (create it with: bash scripts/setup_verl.sh)"
-        if os.environ.get("AGENTR1_CI") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
+        missing(f"{VERL_PYTHON} is missing (create it with: bash scripts/setup_verl.sh)")
     return VERL_PYTHON

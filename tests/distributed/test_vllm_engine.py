@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from agentr1_core.testing.ci import missing
 from agentr1_core.rollout.vllm_engine import _sampled_logprobs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -62,10 +63,7 @@ def test_weight_records_keep_dtype_and_values():
 @pytest.fixture(scope="module")
 def vllm_results(tiny_model_dir, tmp_path_factory):
     if not VLLM_PYTHON.is_file():
-        message = f"the vLLM environment {VLLM_PYTHON.parent.parent} is missing: run bash scripts/setup_vllm.sh"
-        if os.environ.get("AGENTR1_CI") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
+        missing(f"the vLLM environment {VLLM_PYTHON.parent.parent} is missing: run bash scripts/setup_vllm.sh")
     out = tmp_path_factory.mktemp("vllm") / "results.json"
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "plugins" / "agentr1-opd")])

@@ -24,6 +24,7 @@ from agentr1_core.lifecycle.view import (
 from agentr1_core.lifecycle.view_page import embed_json, render_page, write_view
 from agentr1_core.mdp import Observation, Step, Trajectory
 from agentr1_core.rollout.driver import task_id
+from agentr1_core.testing.ci import missing
 
 SYSTEM = "Solve it. Call the calculator, then answer <answer>N</answer>.\n" + "tool schema line\n" * 8
 
@@ -316,15 +317,10 @@ def test_training_episodes_are_kept_spread_over_the_batch(tmp_path):
 # -- in a real browser (headless Chromium): required in CI, skipped locally without it ----------------------------
 @pytest.fixture(scope="module")
 def browser():
-    import os
-
     from agentr1_core.testing.browser import find_browser, open_browser
 
     if find_browser() is None:
-        message = "headless Chromium, chromedriver and selenium are needed (apt-get install chromium chromium-driver)"
-        if os.environ.get("AGENTR1_CI"):
-            pytest.fail(message + "; .ci/run installs them")
-        pytest.skip(message)
+        missing("headless Chromium, chromedriver and selenium are needed (apt-get install chromium chromium-driver)")
     driver = open_browser(1280, 900)
     yield driver
     driver.quit()
