@@ -232,10 +232,20 @@ def micro_batches(indices: Sequence[int], rows: Sequence[StepRow], size: int,
     With ``max_tokens`` > 0 a micro-batch also holds at most that many computed token positions
     (``computed_positions``: padding included, a shared prefix once), so that activation memory follows the tokens
     a pass runs, not the row count: long rows go fewer to a micro-batch, and a row longer than the budget runs
-    alone. With ``share_prefix`` (see ``collate``) a second split is considered, by token ids (rows with long
-    common prefixes together), and the one with fewer computed token positions is returned."""
+    alone. Rows that carry a critic prefix (``critic.prefix``) are also read by the critic as ``critic_state_row``
+    in a pass of their own; that pass keeps to ``max_tokens`` too. With ``share_prefix`` (see ``collate``) a second
+    split is considered, by token ids (rows with long common prefixes together), and the one with fewer computed
+    token positions is returned."""
     size = max(1, int(size))
     max_tokens = max(0, int(max_tokens))
+    critic_rows = ({i: critic_state_row(rows[i]) for i in indices}
+                   if max_tokens and has_critic_prefix([rows[i] for i in indices]) else None)
+
+    def too_many_tokens(candidate: list[int]) -> bool:
+        if computed_positions([rows[j] for j in candidate], share_prefix) > max_tokens:
+            return True
+        return critic_rows is not None and computed_positions([critic_rows[j] for j in candidate],
+                                                              share_prefix) > max_tokens
 
     def split(order: list[int]) -> list[list[int]]:
         if not max_tokens:
@@ -244,8 +254,7 @@ def micro_batches(indices: Sequence[int], rows: Sequence[StepRow], size: int,
         current: list[int] = []
         for i in order:
             candidate = current + [i]
-            if current and (len(candidate) > size
-                            or computed_positions([rows[j] for j in candidate], share_prefix) > max_tokens):
+            if current and (len(candidate) > size or too_many_tokens(candidate)):
                 out.append(current)
                 candidate = [i]
             current = candidate

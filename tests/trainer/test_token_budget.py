@@ -1,5 +1,6 @@
 """A token budget per micro-batch (``trainer.micro_batch_tokens``): every forward/backward of the scoring, RL and
-SFT passes runs at most that many token positions (a row longer than the budget runs alone), every row runs once,
+SFT passes runs at most that many token positions (a row longer than the budget runs alone; the critic's pass over
+rows with a ``critic.prefix`` too), every row runs once,
 and the updates are those without a budget: the budget only bounds the activations a pass holds, which
 ``SavedActivations`` measures (what autograd saves for the backward pass, parameters left out)."""
 
@@ -13,7 +14,9 @@ import torch
 import agentr1_core.trainers.update as update_module
 from agentr1_core.algorithms.components import ALGORITHM_CLASSES
 from agentr1_core.mdp import Step, Trajectory
-from agentr1_core.trainers.batching import build_step_batch, computed_positions, micro_batches, trajectories_to_rows
+from agentr1_core.trainers.batching import (
+    StepRow, build_step_batch, computed_positions, critic_state_row, micro_batches, trajectories_to_rows,
+)
 from agentr1_core.trainers.update import (
     Policy, SavedActivations, UpdateSettings, policy_update, score_batch, sft_update,
 )
@@ -164,3 +167,21 @@ def test_no_update_leaves_a_graph_behind(tiny_model, share):
                    micro_batch_size=8, max_grad_norm=0.0, progress=False)
         assert policy.activations_peak_mb > 0
     assert _tensors_in_a_graph() == before
+
+
+def test_the_critics_prefixed_pass_keeps_to_the_token_budget_too():
+    """Rows of 40 token positions (39 prompt + 1 response) under a budget of 100 go two to a micro-batch; with a
+    30-token critic prefix the critic's pass over two of them would run 2 x (30 + 39 + 1) = 140 positions, so they go
+    one at a time. A zero-length prefix changes nothing."""
+    def rows(prefix):
+        return [StepRow(prompt_ids=[7] * 39, response_ids=[8], old_logprobs=[0.0], traj=i, group=0, step_index=0,
+                        reward=0.0, done=True, truncated=False, critic_prefix_ids=prefix) for i in range(4)]
+
+    assert micro_batches(range(4), rows(None), size=8, max_tokens=100) == [[0, 1], [2, 3]]
+    assert micro_batches(range(4), rows([]), size=8, max_tokens=100) == [[0, 1], [2, 3]]
+    prefixed = rows([5] * 30)
+    plan = micro_batches(range(4), prefixed, size=8, max_tokens=100)
+    assert plan == [[0], [1], [2], [3]]
+    for mb in plan:
+        assert computed_positions([critic_state_row(prefixed[i]) for i in mb], 0) <= 100
+    assert micro_batches(range(4), prefixed, size=8, max_tokens=0) == [[0, 1, 2, 3]]  # no budget: rows only
