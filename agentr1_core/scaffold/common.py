@@ -41,6 +41,7 @@ class Kind:
     rows: Callable[[dict[str, str]], tuple[Rows, Rows]]  # the example's seeded (train, val) rows
     factory_attr: str = ""  # the registered attribute when it is not the class ``$cls``
     registry_kind: str = ""  # the kind in agentr1_core.kinds when it is not ``kind`` (agent_flow): hook, spec class
+    row_fields: tuple[str, ...] = ()  # what the example component reads from every row (its spec's ``row_fields``)
     extra_fields: Callable[[dict[str, str]], dict[str, str]] = field(default=lambda fields: {})
 
 
@@ -62,6 +63,14 @@ def names(name: str, kind: Kind) -> dict[str, str]:
                   title=f"the {name} {kind.kind}", Title=f"The {name} {kind.kind}", core_version=__version__)
     fields["obj"] = kind.factory_attr.replace("$ident", ident) or cls  # what the spec registers
     fields["factory"] = f"{fields['package']}.{kind.kind}:{fields['obj']}"
+    fields["spec_args"], fields["row_fields_note"], fields["plugin_edits"] = "", "", "nothing"
+    if kind.row_fields:  # declared on the spec: a run checks every row for them before the model loads
+        declared = "".join(f'"{f}", ' for f in kind.row_fields).rstrip(" ")
+        indent = " " * len(f"    return [{registered.spec}(")
+        fields["spec_args"] = f",\n{indent}row_fields=({declared})"
+        fields["row_fields_note"] = (f"\n    # row_fields: what the {kind.kind} reads from every row; a run checks every "
+                                     f"row for them before the model loads")
+        fields["plugin_edits"] = f"its `row_fields`, when your {kind.kind} reads other fields of a row"
     fields.update(kind.extra_fields(fields))
     return fields
 
@@ -129,8 +138,8 @@ from agentr1_core.named_configs import package_configs
 
 
 @hookimpl
-def $hook():
-    return [$spec_cls("$ident", "$factory", "$Title")]
+def $hook():$row_fields_note
+    return [$spec_cls("$ident", "$factory", "$Title"$spec_args)]
 
 
 @hookimpl
@@ -156,7 +165,7 @@ README, HTML comments): replace those blocks and the rows in `data/`, keep the r
 | `$package/data/` | the rows: `train.jsonl` ($train_rows), `val.jsonl` ($val_rows, held out); all of `data/` ships | the rows |
 | `tests/test_$module.py` | the $kind's tests | its `EXAMPLE` block: the example's own tests |
 | `tests/conftest.py`, `tests/test_package.py` | the registration, the config, the rows, the expert's episodes | nothing |
-| `$package/plugin.py` | registers the $kind as `$ident` and every `configs/*.yaml` as a named config | nothing |
+| `$package/plugin.py` | registers the $kind as `$ident` and every `configs/*.yaml` as a named config | $plugin_edits |
 | `pyproject.toml` | the distribution; its `agentr1` entry point names `$package.plugin` | nothing |
 
 <!-- EXAMPLE: what the example does; replace this section with what $title does -->

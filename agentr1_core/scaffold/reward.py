@@ -139,6 +139,17 @@ def test_metrics():
     assert guessed.metrics["rel_error"] == pytest.approx(0.993) and guessed.metrics["used_tool"] == 0.0
 
 
+def test_a_row_without_its_ground_truth_stops_the_run_before_the_model_loads(config, load_rows):
+    \"\"\"plugin.py declares the field the reward reads (``row_fields``): a run checks every row for it first.\"\"\"
+    from agentr1_core.config import ConfigError
+    from agentr1_core.preflight import check_rows
+
+    rows = load_rows("val")[:3]
+    rows[1] = {k: v for k, v in rows[1].items() if k != "reward_model"}
+    with pytest.raises(ConfigError, match="reward_model.ground_truth"):
+        check_rows(config, get_registry(), {"data.val": rows})
+
+
 def test_the_run_pays_nothing_for_a_wrong_answer(load_rows, expert_episode):
     for row in load_rows("val")[:8]:
         traj = expert_episode(row)
@@ -157,5 +168,5 @@ them. Success is a reward >= 1.0, so a close answer helps GRPO without counting 
 $calculator_readme"""
 
 KIND = Kind(kind="reward", component=COMPONENT, config=CONFIG, tests=TESTS, example=EXAMPLE, rows=calculator_rows,
-            factory_attr="$ident_reward",
+            factory_attr="$ident_reward", row_fields=("reward_model.ground_truth",),
             extra_fields=lambda fields: {"calculator_readme": CALCULATOR_README})

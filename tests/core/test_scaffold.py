@@ -25,7 +25,7 @@ KINDS = {
     "tool": ("tool", lambda cfg: "weather_now" in [t if isinstance(t, str) else t["name"] for t in cfg["env"]["tools"]],
              12),
     "env": ("env", lambda cfg: cfg["env"]["name"] == "weather_now" and cfg["reward"] is None, 15),
-    "reward": ("reward", lambda cfg: cfg["reward"]["name"] == "weather_now", 17),
+    "reward": ("reward", lambda cfg: cfg["reward"]["name"] == "weather_now", 18),
     "flow": ("agent_flow", lambda cfg: cfg["agent_flow"]["name"] == "weather_now", 10),
 }
 FILES = {"pyproject.toml", "README.md", "tests/conftest.py", "tests/test_package.py", "agentr1_weather_now/__init__.py",
@@ -99,7 +99,10 @@ def test_the_package_speaks_in_the_users_words_with_the_example_in_one_marked_bl
     assert (root / "README.md").read_text().splitlines()[2].startswith(f"{title} for agentr1")
     assert (root / component).read_text().startswith(f'"""{title} for agentr1: ')
     assert (package / "configs" / "inventory.yaml").read_text().startswith(f"# {title}: SFT on expert episodes")
-    assert f'"{title}")]' in (package / "plugin.py").read_text()  # the description `agentr1-core plugins` shows
+    plugin = (package / "plugin.py").read_text()
+    assert f'"{title}"' in plugin  # the description `agentr1-core plugins` shows
+    # what the component reads from every row, checked before a run: the example reward reads the gold answer
+    assert ('row_fields=("reward_model.ground_truth",)' in plugin) == (kind == "reward")
 
 
 SLOW = pytest.mark.slow
