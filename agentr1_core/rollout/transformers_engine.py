@@ -40,10 +40,10 @@ gives plain ``F.linear``.
 
 Memory. The running batch's key/value buffers have row slots for the requests in flight when they are allocated
 (running + waiting, at most ``max_batch_size``; doubled when more join) and columns for the longest row; after
-``IDLE_RELEASE_SECONDS`` without work (between rollouts, while the trainer updates) they are freed, and the next
-prefill allocates them again. The prefix store keeps at most ``prefix_cache_mb``; the idle engine drops it as soon as
-the module is in training mode or its weights changed (it would be dropped at the next admission anyway), so it is
-usually not held through the update. What the idle engine frees goes back to the OS at once (``lifecycle.memory.trim``):
+``idle_release_s`` without work (``IDLE_RELEASE_SECONDS`` by default; between rollouts, while the trainer updates)
+they are freed, and the next prefill allocates them again. The prefix store keeps at most ``prefix_cache_mb``; the
+idle engine drops it as soon as the module is in training mode or its weights changed (it would be dropped at the
+next admission anyway), so it is usually not held through the update. What the idle engine frees goes back to the OS at once (``lifecycle.memory.trim``):
 this thread's malloc arena is not reused by the trainer's thread. So do the temporaries of each prefill (the decode
 steps after it allocate far less). ``max_kv_mb`` (0: no limit) caps the buffers: a request joins only while every
 row slot of the buffers, at the width the rows in flight will reach (the longest prompt plus its
@@ -125,9 +125,12 @@ class TransformersEngine:
                  device: str = "cpu", prefill_tokens: int = 8192, seed: int | None = None,
                  prefix_cache_mb: float = 512.0, prefix_cache_responses: bool = True,
                  weight_major_rows: int = DEFAULT_WEIGHT_MAJOR_ROWS, onednn_linears: bool = True,
-                 max_kv_mb: float = 0.0) -> None:
+                 max_kv_mb: float = 0.0, idle_release_s: float | None = None) -> None:
         if max_kv_mb < 0:
             raise ValueError(f"max_kv_mb must be >= 0 (0: no limit), got {max_kv_mb}")
+        if idle_release_s is not None and not idle_release_s > 0:
+            raise ValueError(f"idle_release_s must be > 0 seconds, got {idle_release_s}")
+        self.idle_release_s = idle_release_s  # None: IDLE_RELEASE_SECONDS
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
@@ -270,7 +273,8 @@ class TransformersEngine:
                 block = not (self._running or self._pending)
                 items: list[_Request | None] = []
                 try:
-                    items.append(self._inbox.get(timeout=IDLE_RELEASE_SECONDS) if block else self._inbox.get_nowait())
+                    wait = self.idle_release_s if self.idle_release_s is not None else IDLE_RELEASE_SECONDS
+                    items.append(self._inbox.get(timeout=wait) if block else self._inbox.get_nowait())
                     while True:
                         items.append(self._inbox.get_nowait())
                 except queue.Empty:

@@ -212,3 +212,25 @@ def test_a_failed_admission_fails_its_requests_and_the_engine_goes_on(smol_model
     assert [g.finish_reason for g in failed] == ["error"] * len(prompts)
     assert all("no memory" in g.info["error"] for g in failed)
     assert all(len(g.token_ids) == 4 for g in fine)
+
+
+def test_idle_release_s_sets_how_long_an_idle_engine_keeps_its_kv_buffers(smol_model_and_tokenizer, prompts):
+    """``engine.idle_release_s``: an engine told to wait an hour still holds its buffers when one told 0.05 s has
+    freed its own; zero or negative is refused."""
+    model, tokenizer = smol_model_and_tokenizer
+    for bad in (0, -1.0):
+        with pytest.raises(ValueError, match="idle_release_s must be > 0"):
+            TransformersEngine(model, tokenizer, idle_release_s=bad)
+    keeps = TransformersEngine(model, tokenizer, max_context=512, idle_release_s=3600.0)
+    quick = TransformersEngine(model, tokenizer, max_context=512, idle_release_s=0.05)
+    try:
+        for eng in (keeps, quick):
+            asyncio.run(_gather(eng, prompts, SamplingParams(temperature=0, max_new_tokens=4)))
+        deadline = time.monotonic() + 60
+        while quick._kv.allocated_bytes and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert quick._kv.allocated_bytes == 0
+        assert keeps._kv.allocated_bytes > 0
+    finally:
+        keeps.close()
+        quick.close()
