@@ -15,7 +15,8 @@ Held-out success is read from each run's ``summary.json`` (``after_sft`` is the 
 the one it ends with; ``validation.before`` is off, since the untrained model is the same for every arm). Results:
 ``bench/results/algorithms.json`` (every run's numbers and curves) and a Markdown table on stdout. A run whose
 ``summary.json`` exists is not run again (``--rerun`` runs it anyway), so an interrupted sweep continues where it
-stopped. Run directories: ``runs/bench_algorithms/<task>/<arm>/seed<S>``.
+stopped; ``--report-only`` runs nothing and reports the runs that have finished (several sweeps side by side, each
+on a part, are gathered into one result this way). Run directories: ``runs/bench_algorithms/<task>/<arm>/seed<S>``.
 
     python bench/bench_algorithms.py                                  # both tasks, 5 arms, seeds 0 1 2
     python bench/bench_algorithms.py --tasks default --seeds 0        # a part of it
@@ -137,14 +138,15 @@ def mean_curve(curves: list[list[Any]]) -> list[float | None]:
 
 
 def table(results: dict[str, Any]) -> str:
-    """Markdown: per task and arm, held-out success after SFT -> after RL per seed and the mean; per StepPO arm, the
-    mean value loss per iteration."""
-    lines = ["| task | arm | episodes/prompt | after SFT -> after RL per seed | mean after RL | wall per run |",
-             "|---|---|---|---|---|---|"]
+    """Markdown: per task and arm, held-out success after SFT -> after RL per seed and the mean, and the success
+    rate of the training episodes over all iterations and seeds; per StepPO arm, the mean value loss per
+    iteration."""
+    lines = ["| task | arm | episodes/prompt | after SFT -> after RL per seed | mean after RL | training success | "
+             "wall per run |", "|---|---|---|---|---|---|---|"]
     curves = []
     for task, arms in results["runs"].items():
         for arm, seeds in arms.items():
-            cells, after, walls = [], [], []
+            cells, after, walls, train = [], [], [], []
             for seed, run in sorted(seeds.items()):
                 val = run["validation"]
                 sft, rl = val.get("after_sft", {}), val.get("after_rl", {})
@@ -153,8 +155,10 @@ def table(results: dict[str, Any]) -> str:
                              f"{round(rl.get('success_rate', 0) * cases)}/{cases}")
                 after.append(rl.get("success_rate", 0.0) * cases)
                 walls.append(run.get("wall_seconds") or 0.0)
+                train += [float(v) for v in run["curves"].get("success_rate", []) if v is not None]
             n = results["episodes_per_prompt"][task]
-            lines.append(f"| {task} | {arm} | {n} | {'; '.join(cells)} | {statistics.fmean(after):.1f} | "
+            trained = f"{statistics.fmean(train):.3f}" if train else "-"
+            lines.append(f"| {task} | {arm} | {n} | {'; '.join(cells)} | {statistics.fmean(after):.1f} | {trained} | "
                          f"{statistics.fmean(walls) / 60:.1f} min |")
             if arm.startswith("steppo"):
                 vf = mean_curve([run["curves"].get("vf_loss", []) for run in seeds.values()])
@@ -183,11 +187,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--runs-dir", default=str(ROOT / "runs" / "bench_algorithms"))
     parser.add_argument("--rerun", action="store_true", help="run again the runs that finished before")
+    parser.add_argument("--report-only", action="store_true", help="run nothing: report the runs that finished")
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                         help="a config override for every run (repeatable), e.g. trainer.critic_lr=1e-3")
     parser.add_argument("--out", default="algorithms", help="the results file's name in bench/results (no .json)")
     parser.add_argument("--smoke", action="store_true", help="every arm once on the tiny config, one iteration")
     args = parser.parse_args(argv)
+    if args.report_only and args.rerun:
+        parser.error("--report-only runs nothing; --rerun runs everything again: give one of them")
     smoke = args.smoke or os.environ.get(SMOKE_ENV) == "1"
     extra: list[str] = list(args.override)
     if smoke:
@@ -204,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
         for arm in args.arms:
             for seed in args.seeds:
                 run_dir = Path(args.runs_dir) / task / arm / f"seed{seed}"
+                if args.report_only and not (run_dir / "summary.json").is_file():
+                    print(f"[bench] {task}/{arm}/seed{seed}: not run (no {run_dir / 'summary.json'})", flush=True)
+                    continue
                 run = run_one(config, task, arm, seed, n, run_dir, extra, args.rerun or smoke)
                 results["runs"].setdefault(task, {}).setdefault(arm, {})[str(seed)] = run
     results["load_avg_end"] = [round(x, 2) for x in os.getloadavg()]
