@@ -99,7 +99,8 @@ def read_run(run_dir: Path) -> dict[str, Any]:
     validation = {k: {"success_rate": v["success_rate"], "cases": v["cases"]}
                   for k, v in (summary.get("validation") or {}).items()}
     curve_keys = ("vf_loss", "adv/value_mean", "value_error", "reward_mean", "success_rate", "episodes",
-                  "remax/greedy_return_mean", "remax/greedy_top_fraction", "critic_prefix_tokens_mean", "iteration_seconds")
+                  "remax/greedy_return_mean", "remax/greedy_top_fraction", "critic_prefix_tokens_mean",
+                  "iteration_seconds")
     curves = {k: [r.get(k) for r in iters] for k in curve_keys if any(k in r for r in iters)}
     return {"validation": validation, "curves": curves, "wall_seconds": summary.get("wall_seconds"),
             "peak_rss_mb": summary.get("peak_rss_mb")}

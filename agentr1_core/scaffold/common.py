@@ -68,8 +68,8 @@ def names(name: str, kind: Kind) -> dict[str, str]:
         declared = "".join(f'"{f}", ' for f in kind.row_fields).rstrip(" ")
         indent = " " * len(f"    return [{registered.spec}(")
         fields["spec_args"] = f",\n{indent}row_fields=({declared})"
-        fields["row_fields_note"] = (f"\n    # row_fields: what the {kind.kind} reads from every row; a run checks every "
-                                     f"row for them before the model loads")
+        fields["row_fields_note"] = (f"\n    # row_fields: what the {kind.kind} reads from every row; a run checks "
+                                     f"every row for them before the model loads")
         fields["plugin_edits"] = f"its `row_fields`, when your {kind.kind} reads other fields of a row"
     fields.update(kind.extra_fields(fields))
     return fields
