@@ -46,9 +46,9 @@ idle engine drops it as soon as the module is in training mode or its weights ch
 next admission anyway), so it is usually not held through the update. What the idle engine frees goes back to the
 OS at once (``lifecycle.memory.trim``): this thread's malloc arena is not reused by the trainer's thread. So do the
 temporaries of each prefill (the decode steps after it allocate far less). ``max_kv_mb`` (0: no limit) caps the
-buffers: a request joins only while every row slot of the buffers, at the width the rows in flight will reach (the longest prompt plus its
-``max_new_tokens``, and the buffers' growth headroom), fits in that many MiB; the others wait for rows to finish,
-and the buffers are sized afresh when no row runs. A row is never evicted, and one row always runs, so a single row
+buffers: a request joins only while every row slot of the buffers, at the width the rows in flight will reach (the
+longest prompt plus its ``max_new_tokens``, and the buffers' growth headroom), fits in that many MiB; the others
+wait for rows to finish, and the buffers are sized afresh when no row runs. A row is never evicted, and one row always runs, so a single row
 longer than the cap exceeds it.
 
 Log-probs are ``log_softmax(logits / T)`` of the untruncated model at the request's temperature (``T = 1`` for
