@@ -48,8 +48,8 @@ OS at once (``lifecycle.memory.trim``): this thread's malloc arena is not reused
 temporaries of each prefill (the decode steps after it allocate far less). ``max_kv_mb`` (0: no limit) caps the
 buffers: a request joins only while every row slot of the buffers, at the width the rows in flight will reach (the
 longest prompt plus its ``max_new_tokens``, and the buffers' growth headroom), fits in that many MiB; the others
-wait for rows to finish, and the buffers are sized afresh when no row runs. A row is never evicted, and one row always runs, so a single row
-longer than the cap exceeds it.
+wait for rows to finish, and the buffers are sized afresh when no row runs. A row is never evicted, and one row
+always runs, so a single row longer than the cap exceeds it.
 
 Log-probs are ``log_softmax(logits / T)`` of the untruncated model at the request's temperature (``T = 1`` for
 greedy); the trainer must recompute with the same temperature. ``score`` uses ``T = 1``. ``Generation.text`` is
