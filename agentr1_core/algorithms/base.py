@@ -117,7 +117,13 @@ class Algorithm:
     def inert_rows(self, batch: StepBatch, advantages: torch.Tensor) -> torch.Tensor | None:
         """A ``[S]`` bool mask of the rows whose policy loss is zero, with a zero gradient, whatever the current
         log-probs (e.g. a GRPO group whose samples all scored the same): the trainer skips their forward and
-        backward. The default, None, runs every row."""
+        backward. The default, None, runs every row. With a critic the trainer also asks ``value_inert_rows``."""
+        return None
+
+    def value_inert_rows(self, batch: StepBatch, returns: torch.Tensor) -> torch.Tensor | None:
+        """For algorithms with ``needs_critic``: a ``[S]`` bool mask of the rows whose value loss is zero, with a zero
+        gradient, whatever the critic's current values. A row is skipped only when both this and ``inert_rows``
+        say so. The default, None, runs every row."""
         return None
 
     def policy_loss(
@@ -132,3 +138,14 @@ class Algorithm:
     def value_loss(self, values: torch.Tensor, batch: StepBatch, returns: torch.Tensor) -> LossOutput:
         """Critic loss for algorithms with ``needs_critic``; ``values`` is ``[S]`` for the micro-batch rows."""
         raise NotImplementedError
+
+
+def inert_rows_of(algorithm: Algorithm, batch: StepBatch, advantages: torch.Tensor, returns: torch.Tensor,
+                  with_critic: bool) -> torch.Tensor | None:
+    """The rows neither of whose losses carries a gradient: ``inert_rows``, and with a critic ``value_inert_rows``
+    as well (None: every row runs)."""
+    policy = algorithm.inert_rows(batch, advantages)
+    if policy is None or not with_critic:
+        return policy
+    value = algorithm.value_inert_rows(batch, returns)
+    return None if value is None else policy & value.to(policy.device)

@@ -58,11 +58,12 @@ class PolicyGradientAlgorithm(Algorithm):
                                  use_ref=self.loss_config.kl_coef > 0, behaviour=behaviour)
 
     def inert_rows(self, batch: StepBatch, advantages: torch.Tensor) -> torch.Tensor | None:
-        """Rows whose every action token has advantage 0: with no KL or entropy term (and no critic loss) each token's
-        loss is ``-0 * ratio`` (clipped or not), so the row adds nothing to the loss or the gradient. Its tokens still
-        count in the loss denominators, which the trainer takes over the whole mini-batch."""
+        """Rows whose every action token has advantage 0: with no KL or entropy term each token's policy loss is
+        ``-0 * ratio`` (clipped or not), so the row adds nothing to the loss or the gradient. Its tokens still count
+        in the loss denominators, which the trainer takes over the whole mini-batch. (A critic's loss is
+        ``value_inert_rows``'s.)"""
         cfg = self.loss_config
-        if cfg.kl_coef > 0 or cfg.entropy_coef > 0 or self.needs_critic:
+        if cfg.kl_coef > 0 or cfg.entropy_coef > 0:
             return None
         zero = (advantages == 0) | (batch.action_mask <= 0)
         return zero.all(dim=1)
@@ -172,6 +173,16 @@ class PPO(PolicyGradientAlgorithm):
 
     def compute_advantages(self, batch: StepBatch) -> AdvantageOutput:
         return step_gae(batch, gamma=self.gamma, lam=self.lam, whiten_advantages=self.whiten_advantages)
+
+    def value_inert_rows(self, batch: StepBatch, returns: torch.Tensor) -> torch.Tensor | None:
+        """Steps without an action token, and steps whose return is exactly the value the critic gave them (the
+        value it gives again in the update: the same weights): the clipped squared error and its gradient are
+        zero. In practice a fresh critic (the zero value head) on a batch without any reward, where every value and
+        return is 0, so that a run does not spend a whole update on no gradient before its first reward."""
+        if batch.values is None:
+            return None
+        acting = (batch.action_mask > 0).any(-1)
+        return ~acting | (returns == batch.values.to(returns)).to(acting.device)
 
     def value_loss(self, values: torch.Tensor, batch: StepBatch, returns: torch.Tensor) -> LossOutput:
         """Over steps that have at least one action token (the value is read at the first one)."""

@@ -31,7 +31,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from agentr1_core.algorithms.base import Algorithm, StepBatch
+from agentr1_core.algorithms.base import Algorithm, StepBatch, inert_rows_of
 from agentr1_core.algorithms.losses import OffPolicyCorrection, proximal_weights
 from agentr1_core.algorithms.mismatch import MismatchTally
 from agentr1_core.cpu_linears import CpuLinears
@@ -323,9 +323,10 @@ def policy_update(policy: Policy, algorithm: Algorithm, optimizer: torch.optim.O
 
     Losses and gradients do not depend on ``micro_batch_size`` (see the module docstring). Rows the algorithm calls
     inert (``Algorithm.inert_rows``: zero loss and gradient, e.g. every sample of a GRPO group scored the same) are
-    not run (``skip_inert``); the update is the same, and the metrics of the forward (entropy, ratios, clip
-    fractions) cover the rows that ran. ``update_inert_rows`` counts them. When every row is inert, no row carries a
-    gradient and the update is skipped (``update_skipped`` 1: no forward, no optimizer or scheduler step, so no
+    not run (``skip_inert``); with a critic only rows whose value loss is zero as well (``value_inert_rows``: a
+    fresh critic before the first reward). The update is the same, and the metrics of the forward (entropy, ratios,
+    clip fractions) cover the rows that ran. ``update_inert_rows`` counts them. When every row is inert, no row
+    carries a gradient and the update is skipped (``update_skipped`` 1: no forward, no optimizer or scheduler step, so no
     momentum moves the weights) unless ``settings.step_without_gradient``. Unless the old log-probs were
     recomputed, the first mini-batch's forward (before any optimizer step) measures the engine-vs-trainer log-prob
     gap and the ``mismatch/*`` diagnostics for free, and the first micro-batch's gives ``on_policy_metrics``.
@@ -354,7 +355,7 @@ def policy_update(policy: Policy, algorithm: Algorithm, optimizer: torch.optim.O
         if settings.correction.mode == "decoupled" and "rollout_logprobs" in batch.extras:
             fixed_weights = proximal_weights(batch.old_logprobs, batch.extras["rollout_logprobs"], batch.action_mask,
                                              settings.correction)[1]
-    inert_mask = algorithm.inert_rows(batch, advantages)
+    inert_mask = inert_rows_of(algorithm, batch, advantages, returns, use_critic)
     if n and inert_mask is not None and bool(inert_mask.all()) and not settings.step_without_gradient:
         return skipped_update(n, fixed_weights, settings.track_weight_change)
     inert = inert_mask.tolist() if inert_mask is not None and skip_inert else None

@@ -33,6 +33,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from agentr1_core.algorithms.base import inert_rows_of
 from agentr1_core.algorithms.critic_prefix import critic_prefixes
 from agentr1_core.config import ConfigError
 from agentr1_core.distributed.settings import ClusterSettings
@@ -366,7 +367,7 @@ class VerlBackend:
         adv = self.algorithm.compute_advantages(batch)
         out.update({f"adv/{k}": v for k, v in adv.metrics.items()})
         t_upd = time.perf_counter()
-        inert = self.algorithm.inert_rows(batch, adv.advantages)
+        inert = inert_rows_of(self.algorithm, batch, adv.advantages, adv.returns, self.groups.critic is not None)
         if inert is not None and bool(inert.all()) and not bool(tr.step_without_gradient):
             # no row carries a gradient: no optimizer step (and no momentum moving the weights)
             out.update(update_skipped=1, loss=0.0, pg_loss=0.0, optimizer_steps=0, update_inert_rows=len(steps.rows),

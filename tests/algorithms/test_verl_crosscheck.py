@@ -340,3 +340,35 @@ def test_the_verl_update_without_a_gradient_is_skipped_unless_asked():
     assert groups.updates == [] and out["update_skipped"] == 1 and out["optimizer_steps"] == 0
     out = verl_backend(groups, "trainer.step_without_gradient=true")._update(steps, [], 1)
     assert len(groups.updates) == 1 and out["update_skipped"] == 0
+
+
+class RecordingCriticGroups(RecordingGroups):
+    """The same, with verl's critic: its values of every step, and its update batch kept."""
+
+    def __init__(self, actor_logprobs: torch.Tensor, values: torch.Tensor) -> None:
+        super().__init__(actor_logprobs)
+        self.critic, self.critic_values, self.critic_updates = object(), values, []
+
+    def values(self, proto):
+        return self.critic_values
+
+    def update_critic(self, proto, values, returns, epochs, seed):
+        self.critic_updates.append(returns)
+        return {"critic/vf_loss": [0.0]}
+
+
+@pytest.mark.parametrize("value", [0.0, 0.5])
+def test_the_verl_steppo_update_is_skipped_only_while_the_critic_already_gives_every_return(value):
+    """StepPO without a reward: every whitened advantage is 0. A critic whose values are all 0 gives every return
+    (0) already, so neither verl's actor nor its critic is updated; one that expects 0.5 has a value loss to learn
+    from, and both are."""
+    from agentr1_core.algorithms.components import StepPO
+
+    steps, _ = step_rows([0.0, 0.0])
+    groups = RecordingCriticGroups(torch.zeros(2, 4), torch.full((2,), value))
+    backend = verl_backend(groups)
+    backend.algorithm, backend.tokenizer, backend.max_positions = StepPO(), None, 64
+    out = backend._update(steps, [], 1)
+    skipped = value == 0.0
+    assert out["update_skipped"] == int(skipped)
+    assert len(groups.updates) == len(groups.critic_updates) == int(not skipped)

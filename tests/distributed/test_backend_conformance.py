@@ -276,7 +276,9 @@ def test_steppo_bootstraps_the_episodes_cut_before_done_on_every_backend(backend
                   "env.name=faulty_env", "env.tools=[echo]", "engine.name=fault_injecting", "rollout.max_turns=1",
                   "rollout.batch_size=2", "rollout.n=2",
                   "data.train={name: fault_rows, repeats: 2, kinds: [wrong_argument_types]}",
-                  "critic.prefix.template='The correct answer is {ground_truth}. '")
+                  "critic.prefix.template='The correct answer is {ground_truth}. '",
+                  # no reward: with the zero value head nothing has a gradient, which would skip the update
+                  "trainer.skip_inert_rows=false", "trainer.step_without_gradient=true")
     proc = subprocess.run(cmd, cwd=ROOT, env=environment(AGENTR1_PLUGIN_MODULES="agentr1_core.testing.faults"),
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]

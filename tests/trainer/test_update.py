@@ -10,13 +10,15 @@ import copy
 import pytest
 import torch
 
+from agentr1_core.algorithms.base import inert_rows_of
 from agentr1_core.algorithms.components import ALGORITHM_CLASSES
 from agentr1_core.algorithms.gae import step_gae
 from agentr1_core.config import ConfigError
 from agentr1_core.mdp import Observation, Step, Trajectory
 from agentr1_core.trainers.batching import build_step_batch, collate, trajectories_to_rows
 from agentr1_core.trainers.forward import response_forward
-from agentr1_core.trainers.roles import bootstrap_values, engine_runs_module, recompute_old_logprobs
+from agentr1_core.trainers.roles import (bootstrap_values, engine_runs_module, recompute_old_logprobs,
+                                         zero_value_head)
 from agentr1_core.trainers.optimizer_steps import make_optimizer
 from agentr1_core.trainers.update import Critic, Policy, UpdateSettings, policy_update, score_batch
 
@@ -333,14 +335,65 @@ def test_an_update_without_gradient_does_not_step_the_optimizer(tiny_model, skip
     assert torch.equal(resumed, twice)
 
 
-def test_no_row_is_inert_with_an_entropy_bonus_a_kl_term_or_a_critic(tiny_model):
+def test_no_row_is_inert_with_an_entropy_bonus_or_a_kl_term(tiny_model):
     rows, batch = _two_groups(tiny_model)
-    for name, params in (("grpo", {"entropy_coef": 0.01}), ("grpo", {"kl_coef": 0.1}), ("ppo", {})):
+    for name, params in (("grpo", {"entropy_coef": 0.01}), ("grpo", {"kl_coef": 0.1}),
+                         ("steppo", {"entropy_coef": 0.01})):
         algo = ALGORITHM_CLASSES[name](**params)
         b = copy.deepcopy(batch)
-        if algo.needs_critic:
-            b.values = torch.zeros(8)
-        assert algo.inert_rows(b, algo.compute_advantages(b).advantages) is None, name
+        b.values = torch.zeros(8)
+        b.rewards = torch.zeros(8)
+        adv = algo.compute_advantages(b)
+        assert inert_rows_of(algo, b, adv.advantages, adv.returns, algo.needs_critic) is None, name
+
+
+def _critic_update(model, rows, batch, algo, full: bool = False):
+    """Weights (trunk and value head) after one ``policy_update`` with the zero value head and a fresh AdamW;
+    ``full``: every row runs and the optimizer steps, gradient or not."""
+    model = copy.deepcopy(model).train()
+    head = zero_value_head(model.config.hidden_size, "cpu")
+    params = list(model.parameters()) + list(head.parameters())
+    opt = make_optimizer([{"params": params, "lr": 1e-3}], lr=1e-3)
+    adv = algo.compute_advantages(copy.deepcopy(batch))
+    metrics = policy_update(Policy(model=model, pad_id=0, value_head=head, params=params), algo, opt, rows,
+                            copy.deepcopy(batch), adv.advantages, adv.returns,
+                            UpdateSettings(micro_batch_size=3, max_grad_norm=1.0, progress=False,
+                                           skip_inert=not full, step_without_gradient=full))
+    return torch.cat([p.detach().flatten() for p in params]), metrics
+
+
+def test_a_fresh_critic_before_the_first_reward_skips_the_update(tiny_model):
+    """StepPO with the zero value head on a batch without any reward: every advantage, value and return is 0, so
+    neither the policy's nor the critic's loss has a gradient and the update is skipped; the weights are the ones a
+    full pass (forward, backward, AdamW step on zero gradients) leaves. One reward, or a critic whose values are not
+    the returns, and every row runs."""
+    rows, batch = _two_groups(tiny_model)
+    batch.values = torch.zeros(8)
+    batch.rewards = torch.zeros(8)
+    algo = ALGORITHM_CLASSES["steppo"]()
+    adv = algo.compute_advantages(copy.deepcopy(batch))
+    assert inert_rows_of(algo, batch, adv.advantages, adv.returns, True).all()
+    head = torch.zeros(tiny_model.config.hidden_size + 1)
+    start = torch.cat([p.detach().flatten() for p in tiny_model.parameters()] + [head])
+    skipped, skip_m = _critic_update(tiny_model, rows, batch, algo)
+    full, full_m = _critic_update(tiny_model, rows, batch, algo, full=True)
+    assert skip_m["update_skipped"] == 1 and skip_m["update_tokens"] == 0 and skip_m["optimizer_steps"] == 0
+    assert full_m["update_skipped"] == 0 and full_m["update_tokens"] > 0 and full_m["vf_loss"] == 0.0
+    assert torch.equal(skipped, start) and torch.equal(full, start)
+
+    rewarded = copy.deepcopy(batch)
+    rewarded.rewards[0] = 1.0
+    adv = algo.compute_advantages(copy.deepcopy(rewarded))
+    assert not inert_rows_of(algo, rewarded, adv.advantages, adv.returns, True).any()
+    moved, moved_m = _critic_update(tiny_model, rows, rewarded, algo)
+    assert moved_m["update_skipped"] == 0 and moved_m["update_inert_rows"] == 0
+    assert float((moved - start).norm()) > 0
+
+    trained = copy.deepcopy(batch)  # a critic that expects reward where there is none: its loss has a gradient
+    trained.values = torch.full((8,), 0.5)
+    adv = algo.compute_advantages(copy.deepcopy(trained))
+    assert (adv.advantages == 0).all()
+    assert inert_rows_of(algo, trained, adv.advantages, adv.returns, True).tolist() == [False] * 8
 
 
 def test_activation_checkpointing_gives_the_same_update(tiny_model):
