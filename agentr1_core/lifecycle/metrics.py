@@ -251,8 +251,11 @@ def console_notes(m: dict[str, Any]) -> list[str]:
 
     notes = []
     if m.get("update_skipped"):
-        notes.append("[update] skipped: no row carries a gradient (every advantage is 0, e.g. every episode of each "
-                     "group scored the same); the optimizer did not step and the weights are unchanged")
+        why = ("every advantage is 0 and the critic already gives every return, e.g. a fresh critic before the first "
+               "reward" if "adv/value_mean" in m else "every advantage is 0, e.g. every episode of each group scored "
+               "the same")
+        notes.append(f"[update] skipped: no row carries a gradient ({why}); the optimizer did not step and the "
+                     "weights are unchanged")
     for warning in (mismatch_warning(m), remax_warning(m)):
         if warning:
             notes.append(warning)

@@ -14,6 +14,7 @@ from agentr1_core.algorithms.base import inert_rows_of
 from agentr1_core.algorithms.components import ALGORITHM_CLASSES
 from agentr1_core.algorithms.gae import step_gae
 from agentr1_core.config import ConfigError
+from agentr1_core.lifecycle.metrics import console_notes
 from agentr1_core.mdp import Observation, Step, Trajectory
 from agentr1_core.trainers.batching import build_step_batch, collate, trajectories_to_rows
 from agentr1_core.trainers.forward import response_forward
@@ -388,6 +389,12 @@ def test_a_fresh_critic_before_the_first_reward_skips_the_update(tiny_model):
     moved, moved_m = _critic_update(tiny_model, rows, rewarded, algo)
     assert moved_m["update_skipped"] == 0 and moved_m["update_inert_rows"] == 0
     assert float((moved - start).norm()) > 0
+
+    notes = console_notes({**skip_m, "adv/value_mean": 0.0})
+    assert notes == ["[update] skipped: no row carries a gradient (every advantage is 0 and the critic already gives "
+                     "every return, e.g. a fresh critic before the first reward); the optimizer did not step and the "
+                     "weights are unchanged"]
+    assert "each group scored the same" in console_notes(skip_m)[0]
 
     trained = copy.deepcopy(batch)  # a critic that expects reward where there is none: its loss has a gradient
     trained.values = torch.full((8,), 0.5)
