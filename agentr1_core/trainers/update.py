@@ -326,8 +326,8 @@ def policy_update(policy: Policy, algorithm: Algorithm, optimizer: torch.optim.O
     not run (``skip_inert``); with a critic only rows whose value loss is zero as well (``value_inert_rows``: a
     fresh critic before the first reward). The update is the same, and the metrics of the forward (entropy, ratios,
     clip fractions) cover the rows that ran. ``update_inert_rows`` counts them. When every row is inert, no row
-    carries a gradient and the update is skipped (``update_skipped`` 1: no forward, no optimizer or scheduler step, so no
-    momentum moves the weights) unless ``settings.step_without_gradient``. Unless the old log-probs were
+    carries a gradient and the update is skipped (``update_skipped`` 1: no forward, no optimizer or scheduler step,
+    so no momentum moves the weights) unless ``settings.step_without_gradient``. Unless the old log-probs were
     recomputed, the first mini-batch's forward (before any optimizer step) measures the engine-vs-trainer log-prob
     gap and the ``mismatch/*`` diagnostics for free, and the first micro-batch's gives ``on_policy_metrics``.
 
