@@ -251,9 +251,9 @@ def console_notes(m: dict[str, Any]) -> list[str]:
 
     notes = []
     if m.get("update_skipped"):
+        with_critic = "adv/value_mean" in m  # only critic algorithms report their values
         why = ("every advantage is 0 and the critic already gives every return, e.g. a fresh critic before the first "
-               "reward" if "adv/value_mean" in m else "every advantage is 0, e.g. every episode of each group scored "
-               "the same")
+               "reward") if with_critic else "every advantage is 0, e.g. every episode of each group scored the same"
         notes.append(f"[update] skipped: no row carries a gradient ({why}); the optimizer did not step and the "
                      "weights are unchanged")
     for warning in (mismatch_warning(m), remax_warning(m)):

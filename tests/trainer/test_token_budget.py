@@ -1,8 +1,8 @@
 """A token budget per micro-batch (``trainer.micro_batch_tokens``): every forward/backward of the scoring, RL and
 SFT passes runs at most that many token positions (a row longer than the budget runs alone; the critic's pass over
-rows with a ``critic.prefix`` too), every row runs once,
-and the updates are those without a budget: the budget only bounds the activations a pass holds, which
-``SavedActivations`` measures (what autograd saves for the backward pass, parameters left out)."""
+rows with a ``critic.prefix`` too), every row runs once, and the updates are those without a budget: the budget only
+bounds the activations a pass holds, which ``SavedActivations`` measures (what autograd saves for the backward pass,
+parameters left out)."""
 
 from __future__ import annotations
 
