@@ -35,17 +35,12 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from bench_rollout import build_prompts, trim_after_eos  # noqa: E402
+from bench_rollout import build_prompts, run_static, synchronize  # noqa: E402
 from common import parse_args, results_dir  # noqa: E402
 
 from agentr1_core.models import load_model_and_tokenizer  # noqa: E402
 from agentr1_core.rollout.base import SamplingParams  # noqa: E402
 from agentr1_core.rollout.transformers_engine import TransformersEngine  # noqa: E402
-
-
-def synchronize(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
 
 
 async def _submit(engine, prompts: list[list[int]], sampling: SamplingParams):
@@ -64,26 +59,6 @@ def run_engine(engine, prompts: list[list[int]], max_new: int, device: str) -> t
     if bad:
         raise RuntimeError(f"{len(bad)} requests failed, first: {bad[0]}")
     return elapsed, sum(len(g.token_ids) for g in gens)
-
-
-def run_static(model, tokenizer, prompts: list[list[int]], max_new: int, device: str) -> tuple[float, int]:
-    longest = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), longest), tokenizer.pad_token_id, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, p in enumerate(prompts):
-        ids[i, longest - len(p):] = torch.tensor(p)
-        mask[i, longest - len(p):] = 1
-    ids, mask = ids.to(device), mask.to(device)
-    with torch.inference_mode():
-        model.generate(ids[:4], attention_mask=mask[:4], do_sample=False, max_new_tokens=4,
-                       pad_token_id=tokenizer.pad_token_id)  # warm-up
-        synchronize(device)
-        start = time.perf_counter()
-        out = model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new,
-                             pad_token_id=tokenizer.pad_token_id)
-        synchronize(device)
-    elapsed = time.perf_counter() - start
-    return elapsed, sum(len(trim_after_eos(row[longest:].tolist(), tokenizer.eos_token_id)) for row in out)
 
 
 def main() -> None:
@@ -136,7 +111,7 @@ def main() -> None:
                 engine.close()
         if "static_batch" in methods:
             record("static_batch", n, lambda: run_static(model, tokenizer, prompts[n], args.max_new_tokens,
-                                                         args.device))
+                                                         args.device, warm_up=True))
     del model
     gc.collect()
     if args.device.startswith("cuda"):

@@ -85,17 +85,30 @@ def run_plain(model, tokenizer, prompts, max_new: int) -> tuple[float, int]:
     return time.perf_counter() - start, total
 
 
-def run_static(model, tokenizer, prompts, max_new: int) -> tuple[float, int]:
+def synchronize(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def run_static(model, tokenizer, prompts, max_new: int, device: str = "cpu",
+               warm_up: bool = False) -> tuple[float, int]:
+    """One left-padded ``model.generate`` over all prompts; ``warm_up`` first runs 4 rows for 4 tokens untimed."""
     longest = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), longest), tokenizer.pad_token_id, dtype=torch.long)
     mask = torch.zeros_like(ids)
     for i, p in enumerate(prompts):
         ids[i, longest - len(p):] = torch.tensor(p)
         mask[i, longest - len(p):] = 1
-    start = time.perf_counter()
+    ids, mask = ids.to(device), mask.to(device)
     with torch.inference_mode():
+        if warm_up:
+            model.generate(ids[:4], attention_mask=mask[:4], do_sample=False, max_new_tokens=4,
+                           pad_token_id=tokenizer.pad_token_id)
+        synchronize(device)
+        start = time.perf_counter()
         out = model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new,
                              pad_token_id=tokenizer.pad_token_id)
+        synchronize(device)
     elapsed = time.perf_counter() - start
     total = sum(len(trim_after_eos(row[longest:].tolist(), tokenizer.eos_token_id)) for row in out)
     return elapsed, total
