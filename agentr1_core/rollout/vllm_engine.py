@@ -87,7 +87,9 @@ class VLLMEngine:
         path = model_path or getattr(model, "name_or_path", None) or getattr(tokenizer, "name_or_path", None)
         if not path:
             raise ValueError("engine 'vllm' needs model_path (or a model with name_or_path)")
-        path = self._resolve_path(str(path))
+        from agentr1_core.models import load_tokenizer, model_folder
+
+        path = model_folder(str(path))  # vLLM loads folders: the offline alias becomes its cached one
         if enable_sleep_mode and not self._sleep_mode_available():
             warnings.warn("engine 'vllm': this platform has no sleep mode (vLLM supports it on GPUs); "
                           "enable_sleep_mode is ignored", stacklevel=2)
@@ -118,7 +120,7 @@ class VLLMEngine:
         except BaseException:
             self.close()
             raise
-        self.tokenizer = tokenizer if tokenizer is not None else self._load_tokenizer(path)
+        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(path)
         self._ids = itertools.count()
         self.stats = {"requests": 0, "generated_tokens": 0, "weight_updates": 0, "errors": 0,
                       "weight_sync_seconds": 0.0}
@@ -128,24 +130,6 @@ class VLLMEngine:
         from vllm.platforms import current_platform
 
         return bool(current_platform.is_sleep_mode_available())
-
-    @staticmethod
-    def _resolve_path(path: str) -> str:
-        """The offline alias resolves to its cached fp32 folder (vLLM reads safetensors folders)."""
-        from agentr1_core.models import SMOLLM2_ALIASES, SMOLLM2_CACHE_NAME, cache_root, load_model_and_tokenizer
-
-        if path.lower() in SMOLLM2_ALIASES:
-            folder = cache_root() / SMOLLM2_CACHE_NAME
-            if not (folder / "config.json").is_file():
-                load_model_and_tokenizer(path)  # writes the cache
-            return str(folder)
-        return path
-
-    @staticmethod
-    def _load_tokenizer(path: str) -> Any:
-        from transformers import AutoTokenizer
-
-        return AutoTokenizer.from_pretrained(path)
 
     @staticmethod
     async def _create(async_llm: Any, args: Any) -> Any:

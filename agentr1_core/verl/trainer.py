@@ -63,19 +63,6 @@ def verl_default_config() -> Any:
         return compose(config_name="ppo_trainer")
 
 
-def resolve_model_folder(path: str) -> str:
-    """A local Hugging Face folder verl can load: the offline alias becomes its cached fp32 folder (written on
-    first use); any other value (hub id, folder) is passed through."""
-    from agentr1_core.models import SMOLLM2_ALIASES, SMOLLM2_CACHE_NAME, cache_root, load_model_and_tokenizer
-
-    if path.lower() in SMOLLM2_ALIASES:
-        folder = cache_root() / SMOLLM2_CACHE_NAME
-        if not (folder / "config.json").is_file():
-            load_model_and_tokenizer(path)  # converts the GGUF once and writes the cache
-        return str(folder)
-    return path
-
-
 def write_model_folder(weights: dict[str, Any], like: str, folder: Path) -> None:
     """A Hugging Face model folder with ``weights`` (numpy, by parameter name) and the config and tokenizer files of
     the model folder ``like``; written next to ``folder`` and renamed into place."""
@@ -137,7 +124,7 @@ class VerlBackend:
         from agentr1_core.distributed.settings import init_ray
         from agentr1_core.verl.data import merge_into_verl_config, verl_config
         from agentr1_core.verl.workers import VerlGroups
-        from agentr1_core.models import load_model_and_tokenizer
+        from agentr1_core.models import load_model_config, load_tokenizer, model_folder
 
         cfg = self.cfg
         check_recompute_mode(cfg.trainer.recompute_old_logprobs)  # bad input fails before any worker starts
@@ -154,11 +141,10 @@ class VerlBackend:
 
             os.environ.update(verl_cpu_platform.cpu_environment())  # inherited by the Ray workers started below
             verl_cpu_platform.register()
-        self.model_path = resolve_model_folder(str(cfg.model.path))
-        model, self.tokenizer = load_model_and_tokenizer(self.model_path, dtype="float32", device="cpu")
+        self.model_path = model_folder(str(cfg.model.path))
+        self.tokenizer = load_tokenizer(self.model_path)  # the weights load in verl's workers only
         # the longest state the critic reads when bootstrapping a cut episode (0: no limit known)
-        self.max_positions = int(getattr(model.config, "max_position_embeddings", 0) or 0)
-        del model
+        self.max_positions = int(getattr(load_model_config(self.model_path), "max_position_embeddings", 0) or 0)
         self.pad_id = (self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None
                        else self.tokenizer.eos_token_id)
         # critic.prefix: every training row's privileged prefix for the critic, tokenised once (and recorded)

@@ -223,17 +223,6 @@ def test_verl_extra_installs_what_the_engine_workers_import():
     assert {"verl", "ray", "fastapi", "uvicorn"} <= names
 
 
-def test_offline_alias_resolves_to_a_local_folder(tmp_path, monkeypatch):
-    from agentr1_core.verl.trainer import resolve_model_folder
-
-    monkeypatch.setenv("AGENTR1_CACHE", str(tmp_path))
-    folder = tmp_path / "models" / "smollm2-135m-instruct"
-    folder.mkdir(parents=True)
-    (folder / "config.json").write_text("{}")
-    assert resolve_model_folder("smollm2-135m-instruct") == str(folder)
-    assert resolve_model_folder("/some/folder") == "/some/folder"
-
-
 def test_verl_trainer_accepts_critic_algorithms_and_refuses_unknown_stages():
     from agentr1_core.config import ConfigError
     from agentr1_core.verl.trainer import VerlTrainer

@@ -143,12 +143,7 @@ class Teacher:
             if self.path.lower() in models.SMOLLM2_ALIASES and not models._is_complete_cache(cached):
                 self.load_model()  # the alias's first load converts the GGUF and writes the cache
             else:
-                from transformers import AutoTokenizer
-
-                source = str(cached) if self.path.lower() in models.SMOLLM2_ALIASES else self.path
-                self.tokenizer = AutoTokenizer.from_pretrained(source)
-                if self.tokenizer.pad_token_id is None:
-                    self.tokenizer.pad_token = self.tokenizer.eos_token
+                self.tokenizer = models.load_tokenizer(self.path)  # the weights load when the teacher first scores
         return self.tokenizer
 
     def load_model(self) -> None:
