@@ -33,6 +33,7 @@ asserts nothing.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -131,8 +132,10 @@ def run_one(config: str, task: str, arm: str, seed: int, n: int, run_dir: Path, 
 
 
 def mean_curve(curves: list[list[Any]]) -> list[float | None]:
+    """Per iteration, the mean over the runs that have a value there (a run whose every update was skipped has no
+    value loss at all, and counts at no iteration)."""
     out = []
-    for values in zip(*curves):
+    for values in itertools.zip_longest(*curves):
         finite = [float(v) for v in values if v is not None]
         out.append(statistics.fmean(finite) if finite else None)
     return out
