@@ -30,7 +30,8 @@ def main() -> None:
     from agentr1_core.config import load_config
     from agentr1_core.verl import compat as verl_compat, cpu_platform as verl_cpu_platform
     from agentr1_core.verl.data import merge_into_verl_config, verl_config
-    from agentr1_core.verl.trainer import pick_device, resolve_model_folder, verl_default_config
+    from agentr1_core.models import model_folder
+    from agentr1_core.verl.trainer import pick_device, verl_default_config
     from agentr1_core.plugins import get_registry
 
     device = pick_device(1)
@@ -39,7 +40,7 @@ def main() -> None:
         os.environ.update(verl_cpu_platform.cpu_environment())
         verl_cpu_platform.register()
     verl_compat.apply()
-    path = resolve_model_folder(args.model)
+    path = model_folder(args.model)
     cfg = load_config("default", [f"model.path={path}", "trainer.train_layers=0"])
     algorithm = get_registry().build("algorithm", "grpo", {}, where="algorithm")
     merged = merge_into_verl_config(verl_default_config(), verl_config(cfg, algorithm, model_path=path, device=device))

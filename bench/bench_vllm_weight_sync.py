@@ -35,10 +35,11 @@ def main() -> int:
     import torch
     from safetensors.torch import load_file, save_file
 
+    from agentr1_core.models import model_folder
     from agentr1_core.rollout.vllm_engine import VLLMEngine
 
     engine = VLLMEngine(model_path=args.model, dtype="float32", max_model_len=512, seed=0)
-    folder = Path(engine._resolve_path(args.model))
+    folder = Path(model_folder(args.model))
     base = {}
     for f in sorted(folder.glob("*.safetensors")):
         base.update({k: v.float() for k, v in load_file(str(f)).items()})
