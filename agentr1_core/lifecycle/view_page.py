@@ -74,32 +74,14 @@ def write_view(source: str | Path, out: str | Path | None = None) -> tuple[Path,
 
 def serve(page: Path, port: int = 0) -> None:
     """Serve ``page`` at ``http://127.0.0.1:PORT/`` until interrupted (loopback only; nothing else is served)."""
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from urllib.parse import quote
 
-    body = page.read_bytes()
+    from agentr1_core.http_service import Page, make_server
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            if self.path.split("?")[0] not in ("/", "/index.html", f"/{page.name}"):
-                self.send_error(404)
-                return
-            self.send_response(200)
-            self.send_header("Content-Type", "text/html; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            return None
-
-    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-    print(f"[view] serving {page} at http://127.0.0.1:{server.server_address[1]}/ (Ctrl-C stops)", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
+    html_page = Page(page.read_bytes())
+    server = make_server(pages={path: html_page for path in ("/", "/index.html", f"/{quote(page.name)}")}, port=port)
+    print(f"[view] serving {page} at {server.url}/ (Ctrl-C stops)", flush=True)
+    server.serve_forever()
 
 
 def cmd_view(args: argparse.Namespace) -> int:
