@@ -7,10 +7,16 @@ install, train and pass its tests from the start is a working example, which eac
 user replaces those blocks and the rows in ``data/`` and keeps the rest. The tests the package ships read the row
 counts and caps they check from its run config.
 
-Templates are ``string.Template`` text: ``$name`` (the plugin and config name, e.g. ``unit-conv``), ``$ident`` (the
-component name, ``unit_conv``), ``$package`` (``agentr1_unit_conv``), ``$dist`` (``agentr1-unit-conv``), ``$cls``,
-``$module``, ``$kind``, ``$title`` (``the unit-conv tool``), ``$Title`` (capitalised) and whatever a kind adds;
-``$$`` is a literal ``$`` (as in the configs' ``$${package_data:...}``).
+A package holds one component, named after the plugin, except a tool package, which may hold several tools (each in
+its module ``<tool>.py`` with its tests ``tests/test_<tool>.py``; a single tool's module is ``tool.py``). Templates
+are ``string.Template`` text. The component's own files (its module and its tests) see ``$ident`` (the component
+name, ``unit_conv``), ``$cls``, ``$obj`` (what its spec registers), ``$module``, ``$title`` (``the unit-conv tool``)
+and ``$Title`` (capitalised); the package's files see ``$name`` (the plugin and config name, e.g. ``unit-conv``),
+``$plugin_ident`` (``unit_conv``, the entry point's name), ``$package`` (``agentr1_unit_conv``), ``$dist``
+(``agentr1-unit-conv``), ``$kind``, its ``$title`` and ``$Title``, the lines that list every component
+(``$specs``, ``$component_entries``, ``$registered``, ``$component_rows``, ``$test_rows``), the one component's
+fields when there is one, and whatever a kind adds; ``$$`` is a literal ``$`` (as in the configs'
+``$${package_data:...}``).
 """
 
 from __future__ import annotations
@@ -42,7 +48,10 @@ class Kind:
     factory_attr: str = ""  # the registered attribute when it is not the class ``$cls``
     registry_kind: str = ""  # the kind in agentr1_core.kinds when it is not ``kind`` (agent_flow): hook, spec class
     row_fields: tuple[str, ...] = ()  # what the example component reads from every row (its spec's ``row_fields``)
-    extra_fields: Callable[[dict[str, str]], dict[str, str]] = field(default=lambda fields: {})
+    extra_fields: Callable[[dict[str, Any]], dict[str, str]] = field(default=lambda fields: {})  # the package's
+    # the fields of one component's files (its module, its tests), given the package's fields and the component's
+    component_fields: Callable[[dict[str, Any], dict[str, Any]], dict[str, str]] = field(
+        default=lambda fields, component: {})
 
 
 def fill(template: str, fields: dict[str, str]) -> str:
@@ -53,16 +62,41 @@ def jsonl(rows: Rows) -> str:
     return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
 
 
-def names(name: str, kind: Kind) -> dict[str, str]:
+def camel(ident: str) -> str:
+    return "".join(part.title() for part in ident.split("_") if part)
+
+
+def component(package: dict[str, Any], kind: Kind, ident: str, module: str, word: str) -> dict[str, Any]:
+    """The fields of one component of ``package``: registered as ``ident`` from ``<package>/<module>.py``, spoken of
+    as ``the <word> <kind>``."""
+    cls = camel(ident) + kind.kind.title()
+    obj = kind.factory_attr.replace("$ident", ident) or cls  # what the spec registers
+    return dict(ident=ident, cls=cls, obj=obj, module=module, factory=f"{package['package']}.{module}:{obj}",
+                title=f"the {word} {kind.kind}", Title=f"The {word} {kind.kind}")
+
+
+def names(name: str, kind: Kind, tools: list[str] | None = None) -> dict[str, Any]:
+    """The package's fields, with ``components``: the fields of each component (``tools``: the tools of a tool
+    package, default one named after the plugin)."""
     ident = name.replace("-", "_")
-    cls = "".join(part.title() for part in ident.split("_") if part) + kind.kind.title()
     registered = BY_NAME[kind.registry_kind or kind.kind]
-    fields = dict(name=name, ident=ident, package=f"agentr1_{ident}", dist=f"agentr1-{name}", cls=cls,
-                  module=kind.kind, kind=kind.kind, registry_kind=registered.name, hook=registered.hook,
-                  spec_cls=registered.spec,
-                  title=f"the {name} {kind.kind}", Title=f"The {name} {kind.kind}", core_version=__version__)
-    fields["obj"] = kind.factory_attr.replace("$ident", ident) or cls  # what the spec registers
-    fields["factory"] = f"{fields['package']}.{kind.kind}:{fields['obj']}"
+    fields: dict[str, Any] = dict(
+        name=name, plugin_ident=ident, package=f"agentr1_{ident}", dist=f"agentr1-{name}", kind=kind.kind,
+        registry_kind=registered.name, hook=registered.hook, spec_cls=registered.spec, core_version=__version__)
+    if not tools:
+        components = [component(fields, kind, ident, kind.kind, name)]
+    elif len(tools) == 1:
+        components = [component(fields, kind, tools[0], kind.kind, tools[0])]
+    else:
+        components = [component(fields, kind, tool, tool, tool) for tool in tools]
+    for index, item in enumerate(components):
+        item.update(index=index, count=len(components))
+    fields["components"] = components
+    if len(components) == 1:  # a package of one component speaks of it as of itself
+        fields.update({k: v for k, v in components[0].items() if k not in ("index", "count")})
+    else:
+        listed = ", ".join(c["ident"] for c in components)
+        fields.update(title=f"the {name} {kind.kind}s ({listed})", Title=f"The {name} {kind.kind}s ({listed})")
     fields["spec_args"], fields["row_fields_note"], fields["plugin_edits"] = "", "", "nothing"
     if kind.row_fields:  # declared on the spec: a run checks every row for them before the model loads
         declared = "".join(f'"{f}", ' for f in kind.row_fields).rstrip(" ")
@@ -71,30 +105,67 @@ def names(name: str, kind: Kind) -> dict[str, str]:
         fields["row_fields_note"] = (f"\n    # row_fields: what the {kind.kind} reads from every row; a run checks "
                                      f"every row for them before the model loads")
         fields["plugin_edits"] = f"its `row_fields`, when your {kind.kind} reads other fields of a row"
+    fields.update(listing(fields, components))
     fields.update(kind.extra_fields(fields))
     return fields
 
 
-def render_package(name: str, kind: Kind) -> dict[str, str]:
-    """Every file of the package ``agentr1-NAME``, by path relative to its folder."""
-    fields = names(name, kind)
+def listing(fields: dict[str, Any], components: list[dict[str, Any]]) -> dict[str, str]:
+    """The lines of the package's files that list every component: the specs ``plugin.py`` returns, the
+    ``agentr1.components`` entries of ``pyproject.toml``, the names the package's tests look up and the README's
+    rows."""
+    kind, pkg, several = fields["kind"], fields["package"], len(components) > 1
+    specs = [f'{fields["spec_cls"]}("{c["ident"]}", "{c["factory"]}", "{c["Title"]}"{fields["spec_args"]})'
+             for c in components]
+    idents = [c["ident"] for c in components]
+    rows, tests = [], []
+    for c in components:
+        rows.append(f"| `{pkg}/{c['module']}.py` | the {kind} (`{c['obj']}`), registered as `{c['ident']}` | "
+                    f"its `EXAMPLE` block |")
+        whose = f"the {c['ident']} {kind}'s" if several else f"the {kind}'s"
+        tests.append(f"| `tests/test_{c['module']}.py` | {whose} tests | "
+                     f"its `EXAMPLE` block: the example's own tests |")
+    return {
+        "specs": (",\n" + " " * len("    return [")).join(specs),
+        "component_entries": "\n".join(f'"{fields["registry_kind"]}.{i}" = "{pkg}.plugin"' for i in idents),
+        "registered": "(" + ", ".join(f'"{i}"' for i in idents) + ("," if len(idents) == 1 else "") + ")",
+        "them": "them" if several else "it", "does": "do" if several else "does",
+        "registered_as": (f"the {kind}s as " if several else f"the {kind} as ") + words([f"`{i}`" for i in idents]),
+        "component_rows": "\n".join(rows), "test_rows": "\n".join(tests),
+    }
+
+
+def words(items: list[str], last: str = "and") -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} {last} {items[-1]}"
+
+
+def render_package(name: str, kind: Kind, tools: list[str] | None = None) -> dict[str, str]:
+    """Every file of the package ``agentr1-NAME``, by path relative to its folder (``tools``: the tools of a tool
+    package)."""
+    fields = names(name, kind, tools)
+    for item in fields["components"]:
+        item.update(kind.component_fields(fields, item))
     train, val = kind.rows(fields)
     fields["train_rows"], fields["val_rows"] = str(len(train)), str(len(val))
     fields["example"] = fill(kind.example, fields)
     pkg = fields["package"]
-    return {
+    files = {
         "pyproject.toml": fill(PYPROJECT, fields),
         "README.md": fill(README, fields),
         f"{pkg}/__init__.py": fill('"""$Title for agentr1 (the package of $dist)."""\n', fields),
         f"{pkg}/plugin.py": fill(PLUGIN, fields),
-        f"{pkg}/{kind.kind}.py": fill(kind.component, fields),
         f"{pkg}/configs/{name}.yaml": fill(kind.config, fields),
         f"{pkg}/data/train.jsonl": jsonl(train),
         f"{pkg}/data/val.jsonl": jsonl(val),
         "tests/conftest.py": fill(CONFTEST, fields),
         "tests/test_package.py": fill(PACKAGE_TESTS, fields),
-        f"tests/test_{kind.kind}.py": fill(kind.tests, fields),
     }
+    for item in fields["components"]:
+        own = {**fields, **item}
+        files[f"{pkg}/{item['module']}.py"] = fill(kind.component, own)
+        files[f"tests/test_{item['module']}.py"] = fill(kind.tests, own)
+    return files
 
 
 PYPROJECT = '''[build-system]
@@ -114,10 +185,10 @@ dependencies = ["agentr1-core>=$core_version"]
 test = ["pytest>=8"]
 
 [project.entry-points.agentr1]
-$ident = "$package.plugin"
+$plugin_ident = "$package.plugin"
 
 [project.entry-points."agentr1.components"]  # every component the plugin registers, configs aside (KIND.NAME)
-"$registry_kind.$ident" = "$package.plugin"
+$component_entries
 
 [tool.setuptools]
 packages = ["$package"]
@@ -139,7 +210,7 @@ from agentr1_core.named_configs import package_configs
 
 @hookimpl
 def $hook():$row_fields_note
-    return [$spec_cls("$ident", "$factory", "$Title"$spec_args)]
+    return [$specs]
 
 
 @hookimpl
@@ -149,7 +220,7 @@ def agentr1_configs():
 
 README = '''# $dist
 
-$Title for agentr1, with a run config that trains SmolLM2-135M-Instruct with it on a CPU,
+$Title for agentr1, with a run config that trains SmolLM2-135M-Instruct with $them on a CPU,
 its rows and its tests.
 
 ## Make it yours
@@ -160,15 +231,15 @@ README, HTML comments): replace those blocks and the rows in `data/`, keep the r
 
 | file | what it is | what to replace |
 |---|---|---|
-| `$package/$module.py` | the $kind (`$obj`), registered as `$ident` | its `EXAMPLE` block |
+$component_rows
 | `$package/configs/$name.yaml` | the run: SFT on expert episodes, then GRPO | its `EXAMPLE` block |
 | `$package/data/` | the rows: `train.jsonl` ($train_rows), `val.jsonl` ($val_rows, held out); all of `data/` ships | the rows |
-| `tests/test_$module.py` | the $kind's tests | its `EXAMPLE` block: the example's own tests |
+$test_rows
 | `tests/conftest.py`, `tests/test_package.py` | the registration, the config, the rows, the expert's episodes | nothing |
-| `$package/plugin.py` | registers the $kind as `$ident` and every `configs/*.yaml` as a named config | $plugin_edits |
+| `$package/plugin.py` | registers $registered_as and every `configs/*.yaml` as a named config | $plugin_edits |
 | `pyproject.toml` | the distribution; its `agentr1` entry point names `$package.plugin` | nothing |
 
-<!-- EXAMPLE: what the example does; replace this section with what $title does -->
+<!-- EXAMPLE: what the example does; replace this section with what $title $does -->
 ## The example
 
 $example<!-- END EXAMPLE -->
@@ -292,10 +363,10 @@ ROW_KEYS = {"prompt", "data_source", "reward_model", "expert_actions", "env_kwar
 
 def test_registered_through_the_entry_point():
     registry = get_registry()
-    assert "$ident" in registry.names("$registry_kind")
     assert "$name" in registry.names("config")
-    owner = registry.components["$registry_kind"]["$ident"]
-    assert owner.distribution == "$dist"
+    for name in $registered:
+        assert name in registry.names("$registry_kind")
+        assert registry.components["$registry_kind"][name].distribution == "$dist"
 
 
 def test_the_config_passes_the_checks_a_run_makes_and_reads_rows_shipped_in_the_package(config, load_rows):

@@ -2,10 +2,13 @@
 given name, with the working example it trains in one marked block per file; whose wheel carries every file under
 ``data/``; that, installed from that wheel, shows in ``plugins`` (its component and its named config), whose named
 config uses the new component and reads the rows shipped in the package; and whose own tests, which read the row
-counts and caps they check from the run config, pass as written."""
+counts and caps they check from the run config, pass as written. ``--tool NAME`` (repeated) makes a tool package of
+several tools, each with its class, module, registration and tests, which installs and passes its tests the same
+way; bad tool names are refused in one line."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -18,7 +21,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agentr1_core.scaffold import KIND_MODULES, write_plugin
+from agentr1_core.scaffold import KIND_MODULES, load_kind, write_plugin
+from agentr1_core.scaffold.common import render_package
+from agentr1_core.scaffold.tool import MAX_TOOLS, UNITS, dimensions
 
 # kind -> (the registry's kind, how the named config uses the component, passing tests of the generated package)
 KINDS = {
@@ -28,6 +33,7 @@ KINDS = {
     "reward": ("reward", lambda cfg: cfg["reward"]["name"] == "weather_now", 18),
     "flow": ("agent_flow", lambda cfg: cfg["agent_flow"]["name"] == "weather_now", 10),
 }
+TOOL_PACKAGE_TESTS, TESTS_A_TOOL = 5, 7  # tests/test_package.py; tests/test_<tool>.py
 FILES = {"pyproject.toml", "README.md", "tests/conftest.py", "tests/test_package.py", "agentr1_weather_now/__init__.py",
          "agentr1_weather_now/plugin.py", "agentr1_weather_now/configs/weather-now.yaml",
          "agentr1_weather_now/data/train.jsonl", "agentr1_weather_now/data/val.jsonl"}
@@ -81,12 +87,7 @@ def test_the_cli_offers_every_kind():
 def test_the_package_speaks_in_the_users_words_with_the_example_in_one_marked_block_per_file(tmp_path, kind):
     root = write_plugin("inventory", kind, tmp_path)
     package = root / "agentr1_inventory"
-    blocks = {}
-    for path in sorted(p for p in root.rglob("*") if p.is_file() and p.parent != package / "data"):
-        relative = str(path.relative_to(root))
-        rest, blocks[relative] = outside_examples(path.read_text(encoding="utf-8"))
-        spoken = sorted({word.lower() for word in EXAMPLE_WORDS.findall(rest)})
-        assert not spoken, f"{relative} speaks of the example outside its marked block: {spoken}"
+    blocks = marked_blocks(root)
     component = f"agentr1_inventory/{kind}.py"
     assert blocks == {"pyproject.toml": 0, "README.md": 1, "agentr1_inventory/__init__.py": 0,
                       "agentr1_inventory/plugin.py": 0, component: 1, "agentr1_inventory/configs/inventory.yaml": 1,
@@ -103,6 +104,97 @@ def test_the_package_speaks_in_the_users_words_with_the_example_in_one_marked_bl
     assert f'"{title}"' in plugin  # the description `agentr1-core plugins` shows
     # what the component reads from every row, checked before a run: the example reward reads the gold answer
     assert ('row_fields=("reward_model.ground_truth",)' in plugin) == (kind == "reward")
+
+
+def marked_blocks(root: Path) -> dict[str, int]:
+    """How many marked example blocks each file of the package at ``root`` has (its rows aside), having checked
+    that none speaks of the example outside them."""
+    blocks = {}
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and p.parent.name != "data"):
+        relative = str(path.relative_to(root))
+        rest, blocks[relative] = outside_examples(path.read_text(encoding="utf-8"))
+        spoken = sorted({word.lower() for word in EXAMPLE_WORDS.findall(rest)})
+        assert not spoken, f"{relative} speaks of the example outside its marked block: {spoken}"
+    return blocks
+
+
+def test_a_package_of_several_tools_gives_each_its_class_module_registration_and_tests(tmp_path):
+    root = write_plugin("weather", "tool", tmp_path, ["forecast", "alerts"])
+    package = root / "agentr1_weather"
+    assert marked_blocks(root) == {
+        "pyproject.toml": 0, "README.md": 1, "agentr1_weather/__init__.py": 0, "agentr1_weather/plugin.py": 0,
+        "agentr1_weather/forecast.py": 1, "agentr1_weather/alerts.py": 1, "agentr1_weather/configs/weather.yaml": 1,
+        "tests/conftest.py": 0, "tests/test_package.py": 0, "tests/test_forecast.py": 1, "tests/test_alerts.py": 1}
+    for tool, cls in (("forecast", "ForecastTool"), ("alerts", "AlertsTool")):
+        module = (package / f"{tool}.py").read_text()
+        assert module.startswith(f'"""The {tool} tool for agentr1: ') and f'class {cls}(BaseTool):\n    name = "{tool}"' \
+            in module
+        tests = (root / "tests" / f"test_{tool}.py").read_text()
+        assert f"from agentr1_weather.{tool} import {cls}\n" in tests and f'call["name"] == "{tool}"' in tests
+    plugin = (package / "plugin.py").read_text()
+    assert ('ToolSpec("forecast", "agentr1_weather.forecast:ForecastTool", "The forecast tool"),\n'
+            '            ToolSpec("alerts", "agentr1_weather.alerts:AlertsTool", "The alerts tool")]') in plugin
+    pyproject = (root / "pyproject.toml").read_text()
+    assert '"tool.forecast" = "agentr1_weather.plugin"\n"tool.alerts" = "agentr1_weather.plugin"\n' in pyproject
+    assert 'weather = "agentr1_weather.plugin"' in pyproject  # the plugin's own entry point keeps its name
+    config = yaml.safe_load((package / "configs" / "weather.yaml").read_text())
+    assert config["env"]["tools"] == ["forecast", "alerts"]
+    assert "forecast for lengths and volumes; alerts for masses" in config["env"]["system_prompt"]
+    readme = (root / "README.md").read_text()
+    for line in ("| `agentr1_weather/forecast.py` | the tool (`ForecastTool`), registered as `forecast` |",
+                 "| `agentr1_weather/alerts.py` | the tool (`AlertsTool`), registered as `alerts` |",
+                 "| `tests/test_alerts.py` | the alerts tool's tests |", "registers the tools as `forecast` and `alerts`"):
+        assert line in readme, line
+    assert readme.splitlines()[2].startswith("The weather tools (forecast, alerts) for agentr1")
+    # one --tool: the package's one tool, in tool.py, registered under the name given
+    one = write_plugin("weather", "tool", tmp_path / "one", ["forecast"])
+    assert 'class ForecastTool(BaseTool):\n    name = "forecast"' in (one / "agentr1_weather" / "tool.py").read_text()
+    assert "tools: [forecast]" in (one / "agentr1_weather" / "configs" / "weather.yaml").read_text()
+    assert not (one / "agentr1_weather" / "forecast.py").exists()
+
+
+def _expert_calls(row: dict) -> list[dict]:
+    return [json.loads(found) for action in row["expert_actions"]
+            for found in re.findall(r"<tool_call>(.*?)</tool_call>", action)]
+
+
+@pytest.mark.parametrize("count", range(1, MAX_TOOLS + 1))
+def test_each_tool_has_its_own_questions_and_every_expert_turn_fits_the_prompt_cap(count, smol_tokenizer):
+    """The tools share the kinds of units; each row calls the one tool that converts its kind, every tool has
+    held-out rows, and the prompts of the expert's turns (every tool's schema in the system prompt, counted with
+    SmolLM2's tokenizer) fit the config's rollout.max_prompt_tokens."""
+    from agentr1_core.envs import ToolEnv
+    from agentr1_core.flows import render_prompt
+    from agentr1_core.mdp import Action
+
+    tools = [f"tool_{i}" for i in range(count)] if count > 1 else None
+    files = render_package("weather", load_kind("tool"), tools)
+    modules = [f"tool_{i}" for i in range(count)] if count > 1 else ["tool"]
+    instances, kinds_of = [], {}
+    for module, dims in zip(modules, dimensions(count)):
+        namespace: dict = {}
+        exec(files[f"agentr1_weather/{module}.py"], namespace)
+        tool = next(v for k, v in namespace.items() if k.endswith("Tool") and k != "BaseTool")()
+        instances.append(tool)
+        kinds_of[tool.name] = set(dims)
+    assert set.union(*kinds_of.values()) == set(list(UNITS)[:max(3, count)])  # every kind to one tool
+    config = yaml.safe_load(files["agentr1_weather/configs/weather.yaml"])
+    rows = {split: [json.loads(line) for line in files[f"agentr1_weather/data/{split}.jsonl"].splitlines()]
+            for split in ("train", "val")}
+    for split, split_rows in rows.items():
+        called = {_expert_calls(r)[0]["name"] for r in split_rows}
+        assert called == set(kinds_of), (split, called)
+    env = ToolEnv(tools=instances, system_prompt=config["env"]["system_prompt"])
+    cap, longest = config["rollout"]["max_prompt_tokens"], 0
+    for row in rows["val"]:
+        (call,) = _expert_calls(row)
+        assert row["data_source"].removeprefix("weather_") in kinds_of[call["name"]]
+        obs = asyncio.run(env.reset(row))
+        longest = max(longest, len(render_prompt(smol_tokenizer, obs)))
+        result = asyncio.run(env.step(Action(row["expert_actions"][0], [0], [0.0])))
+        assert result.info["tool_errors"] == {} and result.feedback == row["reward_model"]["ground_truth"]
+        longest = max(longest, len(render_prompt(smol_tokenizer, result.observation)))
+    assert longest <= cap, (count, longest, cap)
 
 
 SLOW = pytest.mark.slow
@@ -128,15 +220,28 @@ def pytest_in(tests: Path, env: dict[str, str], cwd: Path, *args: str) -> subpro
                           capture_output=True, text=True, env=env, cwd=cwd, timeout=300)
 
 
-@pytest.mark.parametrize("kind", ["tool", "env", pytest.param("reward", marks=SLOW), pytest.param("flow", marks=SLOW)])
-def test_generated_plugin_installs_from_its_wheel_with_all_its_data_lists_and_passes_its_tests(tmp_path, kind):
-    """About 15 s a kind; reward and flow (both on the calculator task) are marked slow."""
+TWO_TOOLS = ["forecast", "alerts"]
+
+
+@pytest.mark.parametrize("kind, tools", [("tool", []), ("tool", TWO_TOOLS), ("env", []), pytest.param(
+    "reward", [], marks=SLOW), pytest.param("flow", [], marks=SLOW)])
+def test_generated_plugin_installs_from_its_wheel_with_all_its_data_lists_and_passes_its_tests(tmp_path, kind,
+                                                                                                tools):
+    """About 15 s a kind; reward and flow (both on the calculator task) are marked slow. ``tools``: a tool package
+    of several tools (``--tool forecast --tool alerts``), each with its module and tests."""
     component, uses, passing = KINDS[kind]
-    made = cli("new-plugin", "weather-now", "--kind", kind, "--dir", str(tmp_path))
+    modules = tools or [kind]
+    names = tools or ["weather_now"]
+    if tools:  # the package's tests and each tool's own
+        uses = lambda cfg: [t if isinstance(t, str) else t["name"] for t in cfg["env"]["tools"]] == tools  # noqa: E731
+        passing = TOOL_PACKAGE_TESTS + TESTS_A_TOOL * len(tools)
+    made = cli("new-plugin", "weather-now", "--kind", kind, *[a for t in tools for a in ("--tool", t)],
+               "--dir", str(tmp_path))
     assert made.returncode == 0, made.stderr
     root = tmp_path / "agentr1-weather-now"
     written = {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
-    assert written == FILES | {f"agentr1_weather_now/{kind}.py", f"tests/test_{kind}.py"}
+    assert written == FILES | {f"agentr1_weather_now/{m}.py" for m in modules} | {
+        f"tests/test_{m}.py" for m in modules}
     rows = {split: [json.loads(line) for line in (root / "agentr1_weather_now" / "data" / f"{split}.jsonl").open()]
             for split in ("train", "val")}
     assert (len(rows["train"]), len(rows["val"])) == (200, 32)
@@ -165,7 +270,7 @@ def test_generated_plugin_installs_from_its_wheel_with_all_its_data_lists_and_pa
     listed = cli("plugins", "--json", env=env)
     plugin = {p["plugin"]: p for p in json.loads(listed.stdout)["plugins"]}["weather_now"]
     assert plugin["distribution"] == "agentr1-weather-now" and plugin["status"] == "ok"
-    assert plugin["components"] == {component: ["weather_now"], "config": ["weather-now"]}
+    assert plugin["components"] == {component: sorted(names), "config": ["weather-now"]}
     configs = cli("config", "list", "--json", env=env, cwd=tmp_path)
     shipped_config = {r["name"]: r for r in json.loads(configs.stdout)}["weather-now"]
     assert shipped_config["distribution"] == "agentr1-weather-now" and str(site) in shipped_config["path"]
@@ -177,9 +282,13 @@ def test_generated_plugin_installs_from_its_wheel_with_all_its_data_lists_and_pa
         assert cfg["data"][split] == {"name": "jsonl",
                                       "path": str(site / "agentr1_weather_now" / "data" / f"{split}.jsonl")}
 
-    tests = pytest_in(root / "tests", env, tmp_path)
+    tests = pytest_in(root / "tests", env, tmp_path, "-rA")
     assert tests.returncode == 0, tests.stdout + tests.stderr
     assert f"{passing} passed" in tests.stdout, tests.stdout
+    for module in modules:  # each component's own tests ran and passed
+        ran = [line for line in tests.stdout.splitlines() if line.startswith("PASSED ") and
+               f"/tests/test_{module}.py::" in line]
+        assert len(ran) == (TESTS_A_TOOL if kind == "tool" else passing - TOOL_PACKAGE_TESTS), tests.stdout
 
 
 def test_the_generated_tests_check_the_rows_against_the_generated_config(tmp_path):
@@ -217,6 +326,31 @@ def test_the_rows_are_seeded_and_the_package_names_follow_the_plugin_name(tmp_pa
     assert "${package_data:agentr1_unit_conv,data/train.jsonl}" in config and "tools: [unit_conv]" in config
     reward = (write_plugin("unit-conv", "reward", tmp_path / "c") / "agentr1_unit_conv" / "plugin.py").read_text()
     assert '"unit_conv", "agentr1_unit_conv.reward:unit_conv_reward"' in reward
+
+
+def test_new_plugin_refuses_bad_tool_names_in_one_line_and_writes_nothing(tmp_path):
+    def run(*args):
+        return cli("new-plugin", "weather", *args, "--dir", str(tmp_path))
+
+    for args, says in [
+        (["--tool", "../x"], "tool name '../x' must be lower-case letters, digits or '_', starting with a letter"),
+        (["--tool", "Forecast"], "tool name 'Forecast' must be lower-case"),
+        (["--tool", "wind-speed"], "tool name 'wind-speed' must be lower-case"),
+        (["--tool", "forecast", "--tool", "alerts", "--tool", "forecast"], "tool name 'forecast' is given twice"),
+        (["--tool", "import"], "tool name 'import' is a Python keyword"),
+        (["--tool", "forecast", "--tool", "plugin"], "tool name 'plugin' is taken by the package itself"),
+        (["--tool", "package"], "tool name 'package' is taken by the package itself"),
+        ([a for i in range(MAX_TOOLS + 1) for a in ("--tool", f"t{i}")], f"at most {MAX_TOOLS} tools"),
+        (["--kind", "env", "--tool", "forecast"], "--tool is for --kind tool"),
+    ]:
+        refused = run(*args)
+        assert refused.returncode == 2, (args, refused.stderr)
+        assert says in refused.stderr and len(refused.stderr.strip().splitlines()) == 1, (args, refused.stderr)
+        assert "Traceback" not in refused.stderr and not (tmp_path / "agentr1-weather").exists()
+    made = run(*[a for i in range(MAX_TOOLS) for a in ("--tool", f"t{i}")])
+    assert made.returncode == 0, made.stderr
+    assert sorted(p.name for p in (tmp_path / "agentr1-weather" / "tests").glob("test_t*.py")) == [
+        f"test_t{i}.py" for i in range(MAX_TOOLS)]
 
 
 def test_new_plugin_refuses_bad_names_and_existing_folders(tmp_path):
