@@ -17,10 +17,15 @@ HTML comments right above a block steer the test:
 
 A block that exits non-zero fails the test. At the end, each run's reported success is checked against its
 episode files, and the env run's episode rewards against the env's step rewards (the env pays the reward).
+
+The section on a tool's own reward (``ToolResult(text, reward=...)``) also runs on its own, quickly: its block
+against the package Part 1 writes, then its tool through whole expert episodes, under both reward rules, to check
+what the section says of where the reward goes (the step, the episode's reward and success, the return).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -33,6 +38,16 @@ from pathlib import Path
 
 import pytest
 import yaml
+from omegaconf import OmegaConf
+
+from agentr1_core.components import build_reward_fn
+from agentr1_core.envs import ToolEnv
+from agentr1_core.flows import AgentEnvLoop, FlowContext
+from agentr1_core.lifecycle.metrics import episode_record
+from agentr1_core.plugins import get_registry
+from agentr1_core.rollout.base import SamplingParams
+from agentr1_core.scaffold import write_plugin
+from agentr1_core.trainers.metrics import rollout_metrics
 
 TUTORIAL = Path(__file__).resolve().parents[2] / "docs" / "tutorial.md"
 # One thread: tiny batches gain nothing from a second one, and on a busy runner two OpenMP threads cost dearly (a
@@ -46,6 +61,7 @@ _MARKER = re.compile(r"^<!--\s*(shrink|expect|files)\s*(?::\s*(.*?))?\s*-->$")
 class Block:
     line: int  # where the block starts in the tutorial (1-based), for messages
     script: str
+    section: str = ""  # the heading it is under, without its #s
     shrink: bool = False
     expect: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
@@ -54,16 +70,18 @@ class Block:
 def bash_blocks(text: str) -> list[Block]:
     """The ```bash blocks of ``text`` in order, with the markers on the lines right above each."""
     lines = text.splitlines()
-    blocks, i = [], 0
+    blocks, i, section = [], 0, ""
     while i < len(lines):
         fence = lines[i].strip()
         if not fence.startswith("```"):
+            if lines[i].startswith("#"):
+                section = lines[i].lstrip("#").strip()
             i += 1
             continue
         end = next((j for j in range(i + 1, len(lines)) if lines[j].strip() == "```"), None)
         assert end is not None, f"tutorial line {i + 1}: a code block is not closed"
         if lines[i] == "```bash":
-            block = Block(line=i + 1, script="\n".join(lines[i + 1:end]) + "\n")
+            block = Block(line=i + 1, script="\n".join(lines[i + 1:end]) + "\n", section=section)
             k = i - 1
             while k >= 0 and _MARKER.match(lines[k].strip()):
                 kind, value = _MARKER.match(lines[k].strip()).groups()
@@ -155,10 +173,62 @@ def test_the_tutorial_runs_as_written(tmp_path):
 
 
 def test_blocks_and_markers_are_read_as_documented():
-    text = ("intro\n```bash\necho one\n```\n<!-- shrink -->\n<!-- expect: held-out -->\n"
+    text = ("intro\n```bash\necho one\n```\n### Two\n<!-- shrink -->\n<!-- expect: held-out -->\n"
             "<!-- files: a/b c -->\n```bash\nagentr1-core run x\necho two\n```\n```text\n```bash\n```\n"
-            "  ```python\nprint()\n  ```\n")
+            "  ```python\n# not a heading\nprint()\n  ```\n")
     first, second = bash_blocks(text)
-    assert (first.script, first.shrink, first.expect, first.files) == ("echo one\n", False, [], [])
+    assert (first.script, first.shrink, first.expect, first.files, first.section) == ("echo one\n", False, [], [], "")
     assert second.shrink and second.expect == ["held-out"] and second.files == ["a/b", "c"]
+    assert second.section == "Two"
     assert shrunk(second.script) == f"agentr1-core run x {' '.join(SHRINK)}\necho two\n"
+
+
+REWARD_SECTION = "A reward from the tool"
+
+
+def heredoc(script: str) -> str:
+    """The Python of a block's ``python - <<'EOF'`` heredoc."""
+    return script.split("<<'EOF'\n", 1)[1].split("\nEOF\n", 1)[0]
+
+
+def test_the_tool_reward_section_runs_and_its_reward_reaches_the_step_the_episode_and_the_return(
+        tmp_path, monkeypatch, capsys, smol_tokenizer):
+    (block,) = [b for b in bash_blocks(TUTORIAL.read_text(encoding="utf-8")) if b.section == REWARD_SECTION]
+    assert block.expect
+    package = write_plugin("unitconv", "tool", tmp_path)  # what Part 1 wrote, importable from its folder
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+               PYTHONPATH=os.pathsep.join([str(package), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block.script], cwd=tmp_path, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout
+    for text in block.expect:
+        assert text in done.stdout, (text, done.stdout)
+
+    # the section's tool, through whole episodes: a held-out row of the package played by its expert
+    monkeypatch.syspath_prepend(str(package))
+    namespace: dict = {}
+    exec(compile(heredoc(block.script), "tutorial", "exec"), namespace)
+    capsys.readouterr()
+    paying = namespace["PayingUnitconvTool"]
+    row = json.loads((package / "agentr1_unitconv" / "data" / "val.jsonl").read_text().splitlines()[0])
+
+    class Loop(AgentEnvLoop):
+        def make_env(self, row):
+            return ToolEnv(tools=[paying()], max_turns=3)
+
+    def episode(reward_fn):
+        ctx = FlowContext(engine=None, tokenizer=smol_tokenizer, sampling=SamplingParams(), reward_fn=reward_fn,
+                          max_turns=3, max_prompt_tokens=1024, policy="expert")
+        return asyncio.run(Loop(ctx).run(row))
+
+    env_paid = episode(None)  # reward: null: the episode's reward is the sum of its step rewards
+    assert [s.reward for s in env_paid.steps] == [0.1, 0.0] and env_paid.termination == "done"
+    assert env_paid.final_reward == pytest.approx(0.1) and not env_paid.success()
+    record = episode_record(env_paid)
+    assert [s["reward"] for s in record["steps"]] == [0.1, 0.0] and record["reward"] == pytest.approx(0.1)
+    answer_match = build_reward_fn(OmegaConf.create({"reward": {"name": "answer_match"}}), get_registry())
+    graded = episode(answer_match)  # a reward function: the episode's reward is its result; the return has both
+    assert [s.reward for s in graded.steps] == [0.1, 1.0]
+    assert graded.final_reward == 1.0 and graded.success() and graded.total_reward == pytest.approx(1.1)
+    metrics = rollout_metrics([graded], 1.0)
+    assert metrics["reward_mean"] == 1.0 and metrics["return_mean"] == pytest.approx(1.1)
