@@ -1,7 +1,8 @@
 """The registered ``Algorithm`` components: an advantage estimator paired with a policy loss, by name.
 
 Each class's constructor keywords are its user-facing parameters (plain typed keywords with defaults; the config
-system validates user params against these signatures). Loss parameters shared by all components:
+system validates user params against these signatures). Loss parameters shared by all components, defined once as
+the fields of ``losses.PolicyLossConfig``:
 
 * ``loss_type``: ``reinforce`` | ``ppo`` | ``gspo``; ``clip_ratio`` (both sides) or ``clip_ratio_low`` /
   ``clip_ratio_high`` (override one side); ``clip_ratio_c``: dual-clip constant (ppo loss only; None = off);
@@ -9,13 +10,23 @@ system validates user params against these signatures). Loss parameters shared b
 * ``kl_coef`` / ``kl_estimator`` (``k1`` | ``k2`` | ``k3``): KL penalty to the reference policy (sets
   ``needs_reference``); ``entropy_coef``: entropy bonus (the trainer must then pass per-token entropy).
 
+A component writes only its estimator's parameters and takes the loss parameters as ``**loss_options``; its
+``loss_defaults`` says where its defaults differ from ``PolicyLossConfig``'s. ``PolicyGradientAlgorithm`` then gives
+its ``__init__`` the full signature (its own parameters, then the loss parameters with its defaults), which is what
+params validation reads (``specs.ComponentSpec.parameters``): a misspelled parameter stays a one-line error, and a
+Python call is bound to the same signature.
+
 The formulas are in ``advantages.py``, ``gae.py``, ``gigpo.py``, ``remax.py`` and ``losses.py``;
 ``docs/algorithms.md`` says when to pick which.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+import functools
+import inspect
+import typing
+from typing import Any, Callable
 
 import torch
 
@@ -28,24 +39,69 @@ from agentr1_core.algorithms.losses import (LossDenominators, PolicyLossConfig, 
 from agentr1_core.algorithms.remax import GREEDY_RETURNS, greedy_returns, remax_advantages
 from agentr1_core.algorithms.segments import check_choice
 
+LOSS_PARAMETERS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(PolicyLossConfig))
+OWN_INIT = "__init_before_loss_parameters__"  # the wrapped ``__init__`` of a component (``with_loss_parameters``)
+
+
+def with_loss_parameters(cls: type, init: Callable, defaults: dict[str, Any]) -> Callable:
+    """``init(self, <own parameters>, **loss_options)`` as a function whose signature lists the loss parameters
+    after the own ones (with ``defaults`` over ``PolicyLossConfig``'s) and whose annotations are resolved types. A
+    call is bound to that signature (an unknown keyword is a ``TypeError``) and ``init`` gets every loss parameter
+    by name."""
+    hints = typing.get_type_hints(init)
+    loss_hints = typing.get_type_hints(PolicyLossConfig)
+    own = [p for p in inspect.signature(init).parameters.values() if p.kind is not p.VAR_KEYWORD]
+    kind = (inspect.Parameter.KEYWORD_ONLY if any(p.kind is p.KEYWORD_ONLY for p in own)
+            else inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    fields = {f.name: f.default for f in dataclasses.fields(PolicyLossConfig)}
+    unknown = set(defaults) - set(fields)
+    if unknown:
+        raise TypeError(f"{cls.__name__}.loss_defaults names no loss parameter: {', '.join(sorted(unknown))}")
+    loss = [inspect.Parameter(name, kind, default=defaults.get(name, default), annotation=loss_hints[name])
+            for name, default in fields.items()]
+    signature = inspect.Signature(own + loss, return_annotation=None)
+    instance = own[0].name  # ``self``
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        bound = signature.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        arguments = dict(bound.arguments)
+        loss_options = {name: arguments.pop(name) for name in LOSS_PARAMETERS}
+        init(arguments.pop(instance), **arguments, **loss_options)
+
+    __init__.__signature__ = signature  # type: ignore[attr-defined]
+    __init__.__annotations__ = {**{p.name: hints[p.name] for p in own if p.name in hints}, **loss_hints,
+                                "return": None}
+    setattr(__init__, OWN_INIT, init)
+    return __init__
+
 
 class PolicyGradientAlgorithm(Algorithm):
-    """Shared plumbing: holds a ``PolicyLossConfig`` and forwards ``policy_loss`` to ``losses.policy_loss``."""
+    """Shared plumbing: holds a ``PolicyLossConfig`` and forwards ``policy_loss`` to ``losses.policy_loss``.
 
-    def _set_loss(self, loss_type: str, clip_ratio: float, clip_ratio_low: float | None,
-                  clip_ratio_high: float | None, clip_ratio_c: float | None, loss_agg: str, kl_coef: float,
-                  kl_estimator: str, entropy_coef: float) -> None:
-        self.loss_config = PolicyLossConfig(
-            loss_type=loss_type,
-            clip_ratio_low=clip_ratio if clip_ratio_low is None else clip_ratio_low,
-            clip_ratio_high=clip_ratio if clip_ratio_high is None else clip_ratio_high,
-            clip_ratio_c=clip_ratio_c,
-            loss_agg=loss_agg,
-            kl_coef=kl_coef,
-            kl_estimator=kl_estimator,
-            entropy_coef=entropy_coef,
-        )
-        self.needs_reference = kl_coef > 0
+    A subclass whose ``__init__`` (its own or inherited) ends in ``**loss_options`` gets the loss parameters in its
+    signature (module docstring), with ``loss_defaults`` over ``PolicyLossConfig``'s defaults; it passes them on to
+    ``set_loss``. A subclass that writes the loss parameters out itself is left as it is."""
+
+    loss_defaults: dict[str, Any] = {}  # where this algorithm's loss defaults differ from PolicyLossConfig's
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        init = cls.__init__
+        init = getattr(init, OWN_INIT, init)
+        if any(p.kind is p.VAR_KEYWORD for p in inspect.signature(init).parameters.values()):
+            cls.__init__ = with_loss_parameters(cls, init, cls.loss_defaults)  # type: ignore[method-assign]
+
+    def set_loss(self, **loss_options: Any) -> None:
+        """The policy loss of this algorithm, from the loss parameters (``PolicyLossConfig``'s fields)."""
+        self.loss_config = PolicyLossConfig(**loss_options)
+        self.needs_reference = self.loss_config.kl_coef > 0
+
+    def _set_loss(self, *values: Any) -> None:
+        """``set_loss`` with the loss parameters given by position, in ``LOSS_PARAMETERS`` order (for subclasses
+        that write them out)."""
+        self.set_loss(**dict(zip(LOSS_PARAMETERS, values, strict=True)))
 
     def loss_denominators(self, batch: StepBatch, advantages: torch.Tensor) -> LossDenominators:
         """The mini-batch counts that every micro-batch's loss is divided by (see ``losses.py``): with an off-policy
@@ -82,13 +138,9 @@ class GRPO(PolicyGradientAlgorithm):
 
     needs_groups = True
 
-    def __init__(self, norm_by_std: bool = True, eps: float = 1e-6, loss_type: str = "ppo",
-                 clip_ratio: float = 0.2, clip_ratio_low: float | None = None, clip_ratio_high: float | None = None,
-                 clip_ratio_c: float | None = 3.0, loss_agg: str = "token-mean", kl_coef: float = 0.0,
-                 kl_estimator: str = "k3", entropy_coef: float = 0.0) -> None:
+    def __init__(self, norm_by_std: bool = True, eps: float = 1e-6, **loss_options: Any) -> None:
         self.norm_by_std, self.eps = norm_by_std, eps
-        self._set_loss(loss_type, clip_ratio, clip_ratio_low, clip_ratio_high, clip_ratio_c, loss_agg, kl_coef,
-                       kl_estimator, entropy_coef)
+        self.set_loss(**loss_options)
 
     def compute_advantages(self, batch: StepBatch) -> AdvantageOutput:
         return adv_fns.grpo_advantages(batch, norm_by_std=self.norm_by_std, eps=self.eps)
@@ -97,12 +149,10 @@ class GRPO(PolicyGradientAlgorithm):
 class DrGRPO(GRPO):
     """Dr.GRPO: GRPO without std normalisation and with a length-unbiased ``seq-mean-token-sum`` aggregation."""
 
-    def __init__(self, norm_by_std: bool = False, eps: float = 1e-6, loss_type: str = "ppo",
-                 clip_ratio: float = 0.2, clip_ratio_low: float | None = None, clip_ratio_high: float | None = None,
-                 clip_ratio_c: float | None = 3.0, loss_agg: str = "seq-mean-token-sum", kl_coef: float = 0.0,
-                 kl_estimator: str = "k3", entropy_coef: float = 0.0) -> None:
-        super().__init__(norm_by_std, eps, loss_type, clip_ratio, clip_ratio_low, clip_ratio_high, clip_ratio_c,
-                         loss_agg, kl_coef, kl_estimator, entropy_coef)
+    loss_defaults = {"loss_agg": "seq-mean-token-sum"}
+
+    def __init__(self, norm_by_std: bool = False, eps: float = 1e-6, **loss_options: Any) -> None:
+        super().__init__(norm_by_std, eps, **loss_options)
 
 
 class RLOO(PolicyGradientAlgorithm):
@@ -110,12 +160,8 @@ class RLOO(PolicyGradientAlgorithm):
 
     needs_groups = True
 
-    def __init__(self, loss_type: str = "ppo", clip_ratio: float = 0.2, clip_ratio_low: float | None = None,
-                 clip_ratio_high: float | None = None, clip_ratio_c: float | None = 3.0,
-                 loss_agg: str = "token-mean", kl_coef: float = 0.0, kl_estimator: str = "k3",
-                 entropy_coef: float = 0.0) -> None:
-        self._set_loss(loss_type, clip_ratio, clip_ratio_low, clip_ratio_high, clip_ratio_c, loss_agg, kl_coef,
-                       kl_estimator, entropy_coef)
+    def __init__(self, **loss_options: Any) -> None:
+        self.set_loss(**loss_options)
 
     def compute_advantages(self, batch: StepBatch) -> AdvantageOutput:
         return adv_fns.rloo_advantages(batch)
@@ -124,14 +170,12 @@ class RLOO(PolicyGradientAlgorithm):
 class Reinforce(PolicyGradientAlgorithm):
     """Discounted return-to-go per step with an optional constant baseline, ``-A log pi`` loss."""
 
-    def __init__(self, gamma: float = 1.0, baseline: str = "none", loss_type: str = "reinforce",
-                 clip_ratio: float = 0.2, clip_ratio_low: float | None = None, clip_ratio_high: float | None = None,
-                 clip_ratio_c: float | None = 3.0, loss_agg: str = "token-mean", kl_coef: float = 0.0,
-                 kl_estimator: str = "k3", entropy_coef: float = 0.0) -> None:
+    loss_defaults = {"loss_type": "reinforce"}
+
+    def __init__(self, gamma: float = 1.0, baseline: str = "none", **loss_options: Any) -> None:
         self.gamma, self.baseline = gamma, check_choice("baseline", baseline, adv_fns.BASELINES)
         self.needs_groups = baseline == "group"
-        self._set_loss(loss_type, clip_ratio, clip_ratio_low, clip_ratio_high, clip_ratio_c, loss_agg, kl_coef,
-                       kl_estimator, entropy_coef)
+        self.set_loss(**loss_options)
 
     def compute_advantages(self, batch: StepBatch) -> AdvantageOutput:
         return adv_fns.reinforce_advantages(batch, gamma=self.gamma, baseline=self.baseline)
@@ -141,16 +185,12 @@ class ReinforcePP(PolicyGradientAlgorithm):
     """REINFORCE++: return-to-go whitened over the batch, PPO-clip loss."""
 
     def __init__(self, gamma: float = 1.0, baseline: str = "none", whiten_over: str = "token",
-                 loss_type: str = "ppo", clip_ratio: float = 0.2, clip_ratio_low: float | None = None,
-                 clip_ratio_high: float | None = None, clip_ratio_c: float | None = 3.0,
-                 loss_agg: str = "token-mean", kl_coef: float = 0.0, kl_estimator: str = "k3",
-                 entropy_coef: float = 0.0) -> None:
+                 **loss_options: Any) -> None:
         self.gamma = gamma
         self.baseline = check_choice("baseline", baseline, adv_fns.BASELINES)
         self.whiten_over = check_choice("whiten_over", whiten_over, adv_fns.WHITEN_OVER)
         self.needs_groups = baseline == "group"
-        self._set_loss(loss_type, clip_ratio, clip_ratio_low, clip_ratio_high, clip_ratio_c, loss_agg, kl_coef,
-                       kl_estimator, entropy_coef)
+        self.set_loss(**loss_options)
 
     def compute_advantages(self, batch: StepBatch) -> AdvantageOutput:
         return adv_fns.reinforce_pp_advantages(batch, gamma=self.gamma, baseline=self.baseline,
@@ -163,13 +203,9 @@ class PPO(PolicyGradientAlgorithm):
     needs_critic = True
 
     def __init__(self, gamma: float = 1.0, lam: float = 1.0, whiten_advantages: bool = True,
-                 value_clip: float | None = 0.5, loss_type: str = "ppo", clip_ratio: float = 0.2,
-                 clip_ratio_low: float | None = None, clip_ratio_high: float | None = None,
-                 clip_ratio_c: float | None = 3.0, loss_agg: str = "token-mean", kl_coef: float = 0.0,
-                 kl_estimator: str = "k3", entropy_coef: float = 0.0) -> None:
+                 value_clip: float | None = 0.5, **loss_options: Any) -> None:
         self.gamma, self.lam, self.whiten_advantages, self.value_clip = gamma, lam, whiten_advantages, value_clip
-        self._set_loss(loss_type, clip_ratio, clip_ratio_low, clip_ratio_high, clip_ratio_c, loss_agg, kl_coef,
-                       kl_estimator, entropy_coef)
+        self.set_loss(**loss_options)
 
     def compute_advantages(self, batch: StepBatch) -> AdvantageOutput:
         return step_gae(batch, gamma=self.gamma, lam=self.lam, whiten_advantages=self.whiten_advantages)
@@ -194,13 +230,8 @@ class PPO(PolicyGradientAlgorithm):
 class StepPO(PPO):
     """Step-level GAE with a per-step critic and the sequence-level (per-step) GSPO loss."""
 
-    def __init__(self, gamma: float = 1.0, lam: float = 1.0, whiten_advantages: bool = True,
-                 value_clip: float | None = 0.5, loss_type: str = "gspo", clip_ratio: float = 3e-4,
-                 clip_ratio_low: float | None = None, clip_ratio_high: float | None = 4e-4,
-                 clip_ratio_c: float | None = 3.0, loss_agg: str = "seq-mean-token-mean", kl_coef: float = 0.0,
-                 kl_estimator: str = "k3", entropy_coef: float = 0.0) -> None:
-        super().__init__(gamma, lam, whiten_advantages, value_clip, loss_type, clip_ratio, clip_ratio_low,
-                         clip_ratio_high, clip_ratio_c, loss_agg, kl_coef, kl_estimator, entropy_coef)
+    loss_defaults = {"loss_type": "gspo", "clip_ratio": 3e-4, "clip_ratio_high": 4e-4,
+                     "loss_agg": "seq-mean-token-mean"}
 
 
 class GiGPO(PolicyGradientAlgorithm):
@@ -209,13 +240,9 @@ class GiGPO(PolicyGradientAlgorithm):
     needs_groups = True
 
     def __init__(self, gamma: float = 0.95, step_weight: float = 1.0, norm_by_std: bool = True,
-                 eps: float = 1e-6, loss_type: str = "ppo", clip_ratio: float = 0.2,
-                 clip_ratio_low: float | None = None, clip_ratio_high: float | None = None,
-                 clip_ratio_c: float | None = 3.0, loss_agg: str = "token-mean", kl_coef: float = 0.0,
-                 kl_estimator: str = "k3", entropy_coef: float = 0.0) -> None:
+                 eps: float = 1e-6, **loss_options: Any) -> None:
         self.gamma, self.step_weight, self.norm_by_std, self.eps = gamma, step_weight, norm_by_std, eps
-        self._set_loss(loss_type, clip_ratio, clip_ratio_low, clip_ratio_high, clip_ratio_c, loss_agg, kl_coef,
-                       kl_estimator, entropy_coef)
+        self.set_loss(**loss_options)
 
     def compute_advantages(self, batch: StepBatch) -> AdvantageOutput:
         return gigpo_advantages(batch, gamma=self.gamma, step_weight=self.step_weight,
@@ -227,12 +254,8 @@ class ReMax(PolicyGradientAlgorithm):
 
     needs_greedy_baseline = True
 
-    def __init__(self, loss_type: str = "ppo", clip_ratio: float = 0.2, clip_ratio_low: float | None = None,
-                 clip_ratio_high: float | None = None, clip_ratio_c: float | None = 3.0,
-                 loss_agg: str = "token-mean", kl_coef: float = 0.0, kl_estimator: str = "k3",
-                 entropy_coef: float = 0.0) -> None:
-        self._set_loss(loss_type, clip_ratio, clip_ratio_low, clip_ratio_high, clip_ratio_c, loss_agg, kl_coef,
-                       kl_estimator, entropy_coef)
+    def __init__(self, **loss_options: Any) -> None:
+        self.set_loss(**loss_options)
 
     def prepare_batch(self, batch: StepBatch, steps: Any, trajectories: list[Any]) -> dict[str, float]:
         """Each row's greedy return into ``batch.extras["greedy_returns"]``; returns the ``remax/*`` metrics."""

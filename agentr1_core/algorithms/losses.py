@@ -66,11 +66,17 @@ K3_MAX = 10.0
 
 @dataclass(frozen=True)
 class PolicyLossConfig:
-    """Options of ``policy_loss``; validated on construction (ValueError lists the valid values)."""
+    """Options of ``policy_loss``; validated on construction (ValueError lists the valid values).
+
+    These fields are also the loss parameters every algorithm component accepts, in this order (``components.py``
+    adds them to each component's signature). ``clip_ratio`` sets both sides of the clip range;
+    ``clip_ratio_low`` / ``clip_ratio_high`` override one side (None: ``clip_ratio``) and always hold a number
+    once constructed."""
 
     loss_type: str = "ppo"
-    clip_ratio_low: float = 0.2
-    clip_ratio_high: float = 0.2
+    clip_ratio: float = 0.2
+    clip_ratio_low: float | None = None
+    clip_ratio_high: float | None = None
     clip_ratio_c: float | None = 3.0  # dual clip for negative advantages (ppo only); None disables it
     loss_agg: str = "token-mean"
     kl_coef: float = 0.0
@@ -78,6 +84,9 @@ class PolicyLossConfig:
     entropy_coef: float = 0.0
 
     def __post_init__(self) -> None:
+        for side in ("clip_ratio_low", "clip_ratio_high"):
+            if getattr(self, side) is None:
+                object.__setattr__(self, side, self.clip_ratio)
         check_choice("loss_type", self.loss_type, LOSS_TYPES)
         check_choice("loss_agg", self.loss_agg, LOSS_AGGS)
         check_choice("kl_estimator", self.kl_estimator, KL_ESTIMATORS)

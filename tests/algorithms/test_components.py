@@ -177,3 +177,53 @@ def test_select_slices_per_step_extras_and_keeps_the_rest_whole():
     assert sub.extras["rollout_logprobs"].tolist() == [[9.0, 10.0, 11.0], [3.0, 4.0, 5.0]]
     assert float(sub.extras["scale"]) == 2.0 and sub.extras["reasons"] == ["a", "b", "c", "d"]
     assert sub.extras["loss_denominators"] is denominators and sub.anchors == ["s1", "s1"]
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_loss_parameters_are_checked_by_name_and_type_before_the_build(name):
+    """The loss parameters, written once (``PolicyLossConfig``), are in every component's signature: the registry
+    accepts them, and a misspelled one or one of the wrong type is a one-line error naming the key."""
+    from agentr1_core.errors import ConfigError
+    from agentr1_core.plugins import get_registry
+
+    registry = get_registry()
+    algo = registry.build("algorithm", name, {"clip_ratio_high": 0.3, "kl_coef": 0.01}, where="algorithm")
+    assert algo.loss_config.clip_ratio_high == 0.3 and algo.needs_reference
+    for params, said in (({"clip_ratoi": 0.1}, "algorithm.clip_ratoi: unknown parameter"),
+                         ({"entropy_coef": "high"}, "algorithm.entropy_coef: expected float")):
+        with pytest.raises(ConfigError) as err:
+            registry.build("algorithm", name, params, where="algorithm")
+        assert said in str(err.value) and "\n" not in str(err.value), str(err.value)
+    with pytest.raises(TypeError, match="clip_ratoi"):
+        ALGORITHM_CLASSES[name](clip_ratoi=0.1)
+
+
+def test_a_subclass_takes_the_loss_parameters_with_its_own_defaults():
+    """A component that writes only its own parameters and ``**loss_options`` gets the loss parameters after them
+    (by position too), with its ``loss_defaults``; a default for a parameter that does not exist is refused."""
+    from agentr1_core.algorithms.components import LOSS_PARAMETERS, PolicyGradientAlgorithm
+
+    class Weighted(PolicyGradientAlgorithm):
+        loss_defaults = {"loss_agg": "seq-mean-token-mean"}
+
+        def __init__(self, weight: float = 2.0, **loss_options: typing.Any) -> None:
+            self.weight = weight
+            self.set_loss(**loss_options)
+
+    assert list(inspect.signature(Weighted.__init__).parameters) == ["self", "weight", *LOSS_PARAMETERS]
+    assert typing.get_type_hints(Weighted.__init__)["clip_ratio_c"] == float | None
+    algo = Weighted(3.0, "gspo", 0.1)
+    assert algo.weight == 3.0 and algo.loss_config.loss_type == "gspo"
+    assert algo.loss_config.clip_ratio_low == algo.loss_config.clip_ratio_high == 0.1
+    assert algo.loss_config.loss_agg == "seq-mean-token-mean"
+
+    class Unweighted(Weighted):  # inherits the constructor and the loss defaults, changes one
+        loss_defaults = {**Weighted.loss_defaults, "entropy_coef": 0.01}
+
+    assert Unweighted().loss_config.entropy_coef == 0.01 and Unweighted().loss_config.loss_agg == "seq-mean-token-mean"
+    with pytest.raises(TypeError, match="clip_ratoi"):
+        class Misspelled(PolicyGradientAlgorithm):
+            loss_defaults = {"clip_ratoi": 0.1}
+
+            def __init__(self, **loss_options: typing.Any) -> None:
+                self.set_loss(**loss_options)
