@@ -16,6 +16,13 @@ between tokens of one response:
 
 This module does not do token-level GAE inside a response. Non-finite rewards or values are treated as 0 and
 counted in metrics.
+
+How well the critic fits (``critic_fit``, over steps with an action token, with the values the critic gave before
+this batch's update): ``value_abs_error`` = mean |V - R| and ``value_r2`` = 1 - sum (R - V)^2 / sum (R - mean R)^2,
+the coefficient of determination of the values for the returns (1: exact; 0: no better than giving every step the
+batch's mean return; below 0: worse, e.g. a critic whose values lag far behind the returns). Unlike the explained
+variance ``1 - Var(R - V) / Var(R)`` it counts a constant offset as an error. Without variation in the returns it is
+not given.
 """
 
 from __future__ import annotations
@@ -46,6 +53,18 @@ def next_values(batch: StepBatch, values: torch.Tensor, layout: TrajLayout) -> t
     return torch.where(batch.dones.bool(), torch.zeros_like(out), out)
 
 
+def critic_fit(values: torch.Tensor, returns: torch.Tensor, acting: torch.Tensor) -> dict[str, float]:
+    """``value_abs_error`` and ``value_r2`` (module docstring) over the ``acting`` steps."""
+    v, r = values[acting].to(STAT_DTYPE), returns[acting].to(STAT_DTYPE)
+    if not v.numel():
+        return {}
+    out = {"value_abs_error": float((v - r).abs().mean().item())}
+    spread = float(((r - r.mean()) ** 2).sum().item())
+    if spread > 1e-12:
+        out["value_r2"] = 1.0 - float(((r - v) ** 2).sum().item()) / spread
+    return out
+
+
 def step_gae(batch: StepBatch, gamma: float = 1.0, lam: float = 1.0,
              whiten_advantages: bool = True) -> AdvantageOutput:
     """Step-level GAE as described in the module docstring; advantages whitened over acting steps."""
@@ -65,8 +84,10 @@ def step_gae(batch: StepBatch, gamma: float = 1.0, lam: float = 1.0,
         adv_grid[:, t] = running
     adv = layout.from_grid(adv_grid)
     returns = adv + values
+    acting = tokens_per_step(batch.action_mask) > 0
     if whiten_advantages and adv.numel():
-        adv = whiten(adv, (tokens_per_step(batch.action_mask) > 0).to(STAT_DTYPE))
+        adv = whiten(adv, acting.to(STAT_DTYPE))
     metrics = {"nonfinite_rewards": float(bad_r), "nonfinite_values": float(bad_v),
-               "value_mean": float(values.mean().item()) if values.numel() else 0.0}
+               "value_mean": float(values.mean().item()) if values.numel() else 0.0,
+               **critic_fit(values, returns, acting)}
     return finish(batch, adv, returns, metrics)

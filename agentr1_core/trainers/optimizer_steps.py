@@ -1,6 +1,7 @@
 """The optimizer and the bookkeeping of the update passes (``trainers.update``): AdamW with the configured kernel,
-the guarded optimizer step (no NaN reaches the weights), per-update metric means, the weights' change and the gap
-between the engine's log-probs and the trainer's. It runs no forward or backward pass itself."""
+the guarded optimizer step (no NaN reaches the weights; it reports the gradient norms before clipping and whether
+it clipped), per-update metric means (``UpdateTallies``), the rows of each optimizer step, the weights' change and
+the gap between the engine's log-probs and the trainer's. It runs no forward or backward pass itself."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from typing import Any, Sequence
 
 import torch
 
-from agentr1_core.algorithms.losses import WeightTally
+from agentr1_core.algorithms.base import StepBatch
+from agentr1_core.algorithms.losses import OffPolicyCorrection, WeightTally, proximal_weights
+from agentr1_core.algorithms.mismatch import MismatchTally
 from agentr1_core.trainers.batching import ModelInputs
 from agentr1_core.validation import OPTIMIZER_KERNELS
 
@@ -105,13 +108,26 @@ def zero_grads(params: Sequence[torch.nn.Parameter]) -> None:
             p.grad = torch.zeros_like(p)
 
 
+def grad_norm_of(params: Sequence[torch.nn.Parameter]) -> float:
+    """The 2-norm of the gradients of ``params`` (those that have one) taken together; 0.0 when none has."""
+    grads = [p.grad for p in params if p.grad is not None]
+    return float(torch.nn.utils.get_total_norm(grads, foreach=True)) if grads else 0.0
+
+
 def guarded_step(optimizer: torch.optim.Optimizer, params: Sequence[torch.nn.Parameter], max_grad_norm: float,
-                 loss_ok: bool, stats: UpdateStats, scheduler: Any = None, prefix: str = "") -> None:
+                 loss_ok: bool, stats: UpdateStats, scheduler: Any = None, prefix: str = "",
+                 parts: dict[str, Sequence[torch.nn.Parameter]] | None = None) -> None:
     """Clip, then step only if the loss and the gradient norm are finite; otherwise drop the gradients.
+
+    A step records ``grad_norm``: the norm of all of ``params``' gradients before clipping (what the clip compares
+    with ``max_grad_norm``), ``grad_clip_fraction``: 1 when that norm was above ``max_grad_norm``, so the gradient
+    was scaled down to it, else 0 (its mean over an update's steps is the fraction of steps clipped), and for each
+    of ``parts`` (a name and some of ``params``) ``<name>_grad_norm``: their gradients' norm before clipping.
     ``prefix`` names the metrics and counters of a second optimizer (the separate critic's)."""
     params = [p for p in params if p.grad is not None]
-    norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm > 0 else float("inf"),
-                                          foreach=True) if params else torch.tensor(0.0)
+    part_norms = {f"{name}_grad_norm": grad_norm_of(members) for name, members in (parts or {}).items()}
+    limit = max_grad_norm if max_grad_norm > 0 else float("inf")
+    norm = torch.nn.utils.clip_grad_norm_(params, limit, foreach=True) if params else torch.tensor(0.0)
     grad_norm = float(norm)
     if loss_ok and math.isfinite(grad_norm):
         if not prefix:
@@ -119,11 +135,10 @@ def guarded_step(optimizer: torch.optim.Optimizer, params: Sequence[torch.nn.Par
         optimizer.step()
         if scheduler is not None:
             scheduler.step()
-        if prefix:
-            stats.add({f"{prefix}grad_norm": grad_norm})
-        else:
+        if not prefix:
             stats.optimizer_steps += 1
-            stats.add({"grad_norm": grad_norm})
+        stats.add({f"{prefix}grad_norm": grad_norm, f"{prefix}grad_clip_fraction": float(grad_norm > limit),
+                   **part_norms})
     elif prefix:
         stats.add({f"{prefix}skipped_steps": 1.0})
     else:
@@ -151,6 +166,46 @@ class LogprobGap:
         if not self.count:
             return {}
         return {"logprob_gap_mean": self.total / self.count, "logprob_gap_max": self.max}
+
+
+def correction_tallies(batch: StepBatch, correction: OffPolicyCorrection | None) -> WeightTally | None:
+    """Hand the off-policy correction to the loss (``batch.extras["off_policy"]``); for ``decoupled`` with the
+    engine's log-probs kept, return the tally of its weights over the whole batch (they are fixed before the
+    update, so the ``offpolicy/*`` metrics come from it, not from the micro-batches)."""
+    if correction is None:
+        return None
+    batch.extras["off_policy"] = correction
+    if correction.mode == "decoupled" and "rollout_logprobs" in batch.extras:
+        return proximal_weights(batch.old_logprobs, batch.extras["rollout_logprobs"], batch.action_mask,
+                                correction)[1]
+    return None
+
+
+def mini_batches_of_pass(n: int, mini_batches: int, generator: torch.Generator | None) -> list[list[int]]:
+    """The rows of each optimizer step of one pass over ``n`` rows: ``mini_batches`` slices, of a random order
+    (drawn from ``generator``) when there are several."""
+    order = torch.randperm(n, generator=generator).tolist() if mini_batches > 1 else list(range(n))
+    chunks = max(1, min(mini_batches, n))
+    return [order[m * n // chunks:(m + 1) * n // chunks] for m in range(chunks)]
+
+
+@dataclass
+class UpdateTallies:
+    """What the micro-batches of one RL update add up to: metric means and counters (``UpdateStats``), the
+    engine-vs-trainer log-prob gap and ``mismatch/*`` of the first mini-batch (None when the old log-probs were
+    recomputed, which measured them already), ``onpolicy/*`` of the first micro-batch, and the decoupled
+    correction's weights (fixed before the update)."""
+
+    stats: UpdateStats
+    gap: LogprobGap | None
+    mismatch: MismatchTally | None
+    fixed_weights: WeightTally | None
+    onpolicy: dict[str, float] | None = None
+
+    def metrics(self) -> dict[str, float]:
+        return {**self.stats.means(), **(self.gap.metrics() if self.gap is not None else {}),
+                **(self.mismatch.metrics() if self.mismatch is not None else {}), **(self.onpolicy or {}),
+                **(self.fixed_weights.metrics() if self.fixed_weights is not None else {}), "update_skipped": 0}
 
 
 def skipped_update(rows: int, fixed_weights: WeightTally | None, track_weight_change: bool) -> dict[str, float]:

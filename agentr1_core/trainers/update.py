@@ -6,7 +6,9 @@ engine's as ``old_logprobs`` when asked to recompute them), reference log-probs 
 ``micro_batch_size`` steps with gradient accumulation. The micro-batch size is a memory knob only: every micro-batch's
 loss is divided by counts of its whole mini-batch (``Algorithm.loss_denominators``), so the summed gradient is the
 mini-batch's. Every pass runs a micro-batch's common token prefix once (``Policy.share_prefix``, see
-``batching.collate``), and the RL update skips rows without a gradient (``policy_update``). ``sft_update`` trains
+``batching.collate``), and the RL update skips rows without a gradient (``policy_update``; its passes are
+``GradientPasses``: a mini-batch's gradient summed over its micro-batches, a micro-batch's forward and loss, the
+critic's part, the optimizer steps). ``sft_update`` trains
 cross-entropy on the response tokens of expert steps with the same rows and masks. On the CPU the passes without
 gradients run their linear layers through oneDNN (``Policy.onednn_linears``, see ``agentr1_core.cpu_linears``).
 
@@ -16,7 +18,8 @@ trunk, head, optimizer and clipping). ``state_values`` evaluates it on plain pro
 episodes).
 
 Every optimizer step goes through ``optimizer_steps.guarded_step``: a non-finite loss or gradient norm skips the step
-(gradients are dropped and the skip counted), so no NaN ever reaches the weights. The optimizers
+(gradients are dropped and the skip counted), so no NaN ever reaches the weights; it reports the norm before clipping,
+whether it clipped, and the policy's and the critic's own norms. The optimizers
 (``optimizer_steps.make_optimizer``) are AdamW with the kernel of ``trainer.optimizer_kernel``.
 """
 
@@ -32,13 +35,14 @@ from typing import Any, Callable, Sequence
 import torch
 
 from agentr1_core.algorithms.base import Algorithm, StepBatch, inert_rows_of
-from agentr1_core.algorithms.losses import OffPolicyCorrection, proximal_weights
+from agentr1_core.algorithms.losses import OffPolicyCorrection
 from agentr1_core.algorithms.mismatch import MismatchTally
 from agentr1_core.cpu_linears import CpuLinears
 from agentr1_core.trainers.batching import (ModelInputs, StepRow, collate, critic_state_row, has_critic_prefix,
                                             micro_batches)
 from agentr1_core.trainers.forward import ForwardOutput, response_forward
-from agentr1_core.trainers.optimizer_steps import (LogprobGap, UpdateStats, WeightChange, guarded_step,
+from agentr1_core.trainers.optimizer_steps import (LogprobGap, UpdateStats, UpdateTallies, WeightChange,
+                                                   correction_tallies, guarded_step, mini_batches_of_pass,
                                                    skipped_update, zero_grads)
 
 
@@ -315,6 +319,158 @@ def on_policy_metrics(logprobs: torch.Tensor, batch: StepBatch, metrics: dict[st
     return out
 
 
+@dataclass
+class GradientPasses:
+    """The forward and backward passes of one RL update: each mini-batch's gradient, summed over its
+    micro-batches, and the optimizer steps that follow. ``inert`` marks the rows not run (None: run every row)."""
+
+    policy: Policy
+    algorithm: Algorithm
+    rows: Sequence[StepRow]
+    batch: StepBatch
+    advantages: torch.Tensor
+    returns: torch.Tensor
+    settings: UpdateSettings
+    use_critic: bool
+    inert: list[bool] | None
+    tallies: UpdateTallies
+    largest: list[int] = field(default_factory=lambda: [0])  # see measure_if_largest
+    bar: Any = None  # the progress bar, one tick per micro-batch
+
+    def __post_init__(self) -> None:
+        # the separate critic model this update trains, if any (the value head on the trunk is the policy's)
+        self.critic: Critic | None = self.policy.critic if self.use_critic else None
+        # the critic reads its own, prefixed rows (critic.prefix)
+        self.prefixed = self.use_critic and has_critic_prefix(self.rows)
+
+    def rows_to_run(self, rows: Sequence[int]) -> list[int]:
+        return [i for i in rows if self.inert is None or not self.inert[i]]
+
+    def open_progress_bar(self) -> None:
+        if not self.settings.progress:
+            return
+        from tqdm.auto import tqdm
+
+        plan = micro_batches(self.rows_to_run(range(len(self.rows))), self.rows, self.settings.micro_batch_size,
+                             self.policy.grad_share_prefix, self.policy.micro_batch_tokens)
+        self.bar = tqdm(total=max(1, self.settings.update_epochs) * len(plan), desc="update", unit="mb",
+                        leave=False, dynamic_ncols=True)
+
+    def close_progress_bar(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+    def train_mode(self, training: bool) -> None:
+        self.policy.model.train(training)
+        if self.critic is not None:
+            self.critic.model.train(training)
+
+    def accumulate(self, mini: list[int], first_mini_batch: bool) -> bool:
+        """Backward every micro-batch of ``mini`` into the gradients; False when a loss was not finite (that
+        micro-batch is not backpropagated, and the step is dropped). The micro-batch losses add up to the
+        mini-batch's (``Algorithm.loss_denominators``); their sums are added to the metrics once per mini-batch."""
+        stats = self.tallies.stats
+        mini_index = torch.tensor(mini, dtype=torch.long)
+        denominators = self.algorithm.loss_denominators(_sub_batch(self.batch, mini), self.advantages[mini_index])
+        loss_ok = True
+        sums: dict[str, float] = {}
+        active = self.rows_to_run(mini)
+        if self.inert is not None:
+            stats.inert_rows += len(mini) - len(active)
+            if not active:  # what the full pass would leave: zero loss and gradients; the optimizer steps the same
+                zero_grads(self.policy.params)
+                sums = {"policy_loss": 0.0, "pg_loss": 0.0, "loss": 0.0}
+        for idx in micro_batches(active, self.rows, self.settings.micro_batch_size, self.policy.grad_share_prefix,
+                                 self.policy.micro_batch_tokens):
+            share = 1.0 if denominators is not None else len(idx) / len(mini)
+            loss, parts = self.micro_batch_loss(idx, denominators, share, first_mini_batch)
+            for k, v in parts.items():
+                sums[k] = sums.get(k, 0.0) + v
+            if self.bar is not None:
+                self.bar.update(1)
+            if not torch.isfinite(loss):
+                loss_ok = False
+                continue
+            loss.backward()
+        stats.add(sums)  # per mini-batch: the micro-batch parts add up to the mini-batch loss
+        if "value_loss" in sums:
+            stats.add({"vf_loss": sums["value_loss"]})
+        return loss_ok
+
+    def micro_batch_loss(self, idx: list[int], denominators: Any, share: float,
+                         first_mini_batch: bool) -> tuple[torch.Tensor, dict[str, float]]:
+        """The forward pass of the rows ``idx`` and their loss (policy, plus the critic's), with its parts as
+        numbers (``policy_loss``, ``pg_loss``, ``value_loss``, ``loss``); the forward's metrics go to the tallies."""
+        policy, tallies = self.policy, self.tallies
+        sub = _sub_batch(self.batch, idx).to(policy.device)
+        if denominators is not None:
+            sub.extras = {**sub.extras, "loss_denominators": denominators}
+        inputs = collate([self.rows[i] for i in idx], policy.pad_id, policy.grad_share_prefix).to(policy.device)
+        index = torch.tensor(idx, dtype=torch.long)
+        critic_inputs = (critic_inputs_of(policy, [self.rows[i] for i in idx], policy.grad_share_prefix)
+                         if self.prefixed else None)
+        with measure_if_largest(policy, inputs, self.largest):
+            out, values = forward_with_values(policy, inputs, self.batch.action_mask.shape[1],
+                                              self.settings.temperature, with_entropy=True,
+                                              with_values=self.use_critic, critic_inputs=critic_inputs)
+            result = self.algorithm.policy_loss(out.logprobs, sub, self.advantages[index].to(out.logprobs.device),
+                                                entropy=out.entropy)
+        if tallies.gap is not None and first_mini_batch:
+            tallies.gap.add(sub.old_logprobs, out.logprobs, sub.action_mask)
+            tallies.mismatch.add(sub.old_logprobs, out.logprobs, sub.action_mask)
+        loss = result.loss * share
+        parts = {"policy_loss": float(loss.detach())}
+        self.add_policy_metrics(dict(result.metrics), out.logprobs, sub, share, parts)
+        if self.use_critic:
+            loss = loss + self.value_loss(values, sub, index, share, parts)
+        parts["loss"] = float(loss.detach())
+        tallies.stats.add_tokens(inputs)
+        return loss, parts
+
+    def add_policy_metrics(self, metrics: dict[str, float], logprobs: torch.Tensor, sub: StepBatch, share: float,
+                           parts: dict[str, float]) -> None:
+        """The policy loss's metrics into the tallies: ``onpolicy/*`` from the first micro-batch, ``pg_loss`` as a
+        part of the loss, the correction's weights as token means (unless fixed before the update)."""
+        tallies = self.tallies
+        if tallies.onpolicy is None:
+            tallies.onpolicy = on_policy_metrics(logprobs, sub, metrics)
+        if "pg_loss" in metrics:  # a micro-batch's part of the mini-batch's loss, summed like the loss
+            parts["pg_loss"] = metrics.pop("pg_loss") * share
+        weights = {k: metrics.pop(k) for k in list(metrics) if k.startswith("offpolicy/")}
+        if tallies.fixed_weights is None:  # token means: weighted by the tokens they cover
+            tallies.stats.add(weights, weight=float(metrics.get("valid_tokens", 0.0)))
+        tallies.stats.add(metrics)
+
+    def value_loss(self, values: torch.Tensor, sub: StepBatch, index: torch.Tensor, share: float,
+                   parts: dict[str, float]) -> torch.Tensor:
+        """The critic's loss of the micro-batch as it enters the backward pass: times ``value_coef`` for the head
+        on the policy trunk (it shares the policy's step), as it is for a separate critic (its own step)."""
+        vres = self.algorithm.value_loss(values, sub, self.returns[index].to(values.device))
+        vloss = vres.loss * share
+        parts["value_loss"] = float(vloss.detach())
+        self.tallies.stats.add({k: v for k, v in vres.metrics.items() if k != "vf_loss"})
+        return self.settings.value_coef * vloss if self.critic is None else vloss
+
+    def gradient_parts(self) -> dict[str, list[torch.nn.Parameter]]:
+        """What the policy's optimizer step reports a gradient norm of besides the whole: the policy's own
+        parameters, and, with the value head on the trunk (in the same step and clip), the head's."""
+        head = self.policy.value_head
+        head_ids = {id(p) for p in head.parameters()} if head is not None else set()
+        parts = {"policy": [p for p in self.policy.params if id(p) not in head_ids]}
+        if head_ids and self.use_critic:
+            parts["critic"] = [p for p in self.policy.params if id(p) in head_ids]
+        return parts
+
+    def step(self, optimizer: torch.optim.Optimizer, scheduler: Any, loss_ok: bool) -> None:
+        """The policy's optimizer step (with the value head on its trunk, if any), then the separate critic's."""
+        stats = self.tallies.stats
+        guarded_step(optimizer, self.policy.params, self.settings.max_grad_norm, loss_ok, stats, scheduler,
+                     parts=self.gradient_parts())
+        if self.critic is not None:
+            guarded_step(self.critic.optimizer, self.critic.params, self.critic.max_grad_norm, loss_ok, stats,
+                         prefix="critic_")
+
+
 def policy_update(policy: Policy, algorithm: Algorithm, optimizer: torch.optim.Optimizer,
                   rows: Sequence[StepRow], batch: StepBatch, advantages: torch.Tensor, returns: torch.Tensor,
                   settings: UpdateSettings, scheduler: Any = None,
@@ -333,127 +489,40 @@ def policy_update(policy: Policy, algorithm: Algorithm, optimizer: torch.optim.O
 
     The ``offpolicy/*`` metrics of a correction are token means: with ``decoupled`` over every valid token of the
     batch (its weights are fixed before the update, as on the verl backend), with ``tis`` over the tokens of every
-    micro-batch run (its weights move with the policy)."""
-    micro_batch_size, mini_batches, update_epochs = (settings.micro_batch_size, settings.mini_batches,
-                                                     settings.update_epochs)
-    temperature, max_grad_norm, value_coef = settings.temperature, settings.max_grad_norm, settings.value_coef
-    progress, skip_inert = settings.progress, settings.skip_inert
-    onpolicy: dict[str, float] | None = None
-    stats = UpdateStats()
-    start = time.perf_counter()
-    width = batch.action_mask.shape[1]
-    n = len(rows)
-    use_critic = algorithm.needs_critic and policy.has_critic
-    prefixed = use_critic and has_critic_prefix(rows)  # the critic reads its own, prefixed rows (critic.prefix)
-    critic = policy.critic if use_critic else None
-    change = WeightChange(policy.params, enabled=settings.track_weight_change)
-    gap = LogprobGap() if "rollout_logprobs" not in batch.extras else None
-    mismatch = MismatchTally() if gap is not None else None
-    fixed_weights = None  # the decoupled correction's weight metrics, over the whole batch
-    if settings.correction is not None:
-        batch.extras["off_policy"] = settings.correction
-        if settings.correction.mode == "decoupled" and "rollout_logprobs" in batch.extras:
-            fixed_weights = proximal_weights(batch.old_logprobs, batch.extras["rollout_logprobs"], batch.action_mask,
-                                             settings.correction)[1]
-    inert_mask = inert_rows_of(algorithm, batch, advantages, returns, use_critic)
-    if n and inert_mask is not None and bool(inert_mask.all()) and not settings.step_without_gradient:
-        return skipped_update(n, fixed_weights, settings.track_weight_change)
-    inert = inert_mask.tolist() if inert_mask is not None and skip_inert else None
-    runs = [i for i in range(n) if inert is None or not inert[i]]
-    largest = [0]  # computed positions of the largest micro-batch measured so far (measure_if_largest)
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
+    micro-batch run (its weights move with the policy).
 
-        plan = micro_batches(runs, rows, micro_batch_size, policy.grad_share_prefix, policy.micro_batch_tokens)
-        bar = tqdm(total=max(1, update_epochs) * len(plan), desc="update",
-                   unit="mb", leave=False, dynamic_ncols=True)
-    policy.model.train()
-    if critic is not None:
-        critic.model.train()
-    for epoch in range(max(1, update_epochs)):
-        order = torch.randperm(n, generator=generator).tolist() if mini_batches > 1 else list(range(n))
-        chunks = max(1, min(mini_batches, n))
-        for m in range(chunks):
-            mini = order[m * n // chunks:(m + 1) * n // chunks]
-            mini_index = torch.tensor(mini, dtype=torch.long)
-            denominators = algorithm.loss_denominators(_sub_batch(batch, mini), advantages[mini_index])
-            loss_ok = True
-            sums: dict[str, float] = {}
-            active = mini
-            if inert is not None:
-                active = [i for i in mini if not inert[i]]
-                stats.inert_rows += len(mini) - len(active)
-                if not active:  # what the full pass would leave: zero loss and gradients; the optimizer steps the same
-                    zero_grads(policy.params)
-                    sums = {"policy_loss": 0.0, "pg_loss": 0.0, "loss": 0.0}
-            for idx in micro_batches(active, rows, micro_batch_size, policy.grad_share_prefix,
-                                     policy.micro_batch_tokens):
-                sub = _sub_batch(batch, idx).to(policy.device)
-                if denominators is not None:
-                    sub.extras = {**sub.extras, "loss_denominators": denominators}
-                share = 1.0 if denominators is not None else len(idx) / len(mini)
-                inputs = collate([rows[i] for i in idx], policy.pad_id, policy.grad_share_prefix).to(policy.device)
-                index = torch.tensor(idx, dtype=torch.long)
-                critic_inputs = (critic_inputs_of(policy, [rows[i] for i in idx], policy.grad_share_prefix)
-                                 if prefixed else None)
-                with measure_if_largest(policy, inputs, largest):
-                    out, values = forward_with_values(policy, inputs, width, temperature, with_entropy=True,
-                                                      with_values=use_critic, critic_inputs=critic_inputs)
-                    result = algorithm.policy_loss(out.logprobs, sub, advantages[index].to(out.logprobs.device),
-                                                   entropy=out.entropy)
-                if gap is not None and epoch == 0 and m == 0:
-                    gap.add(sub.old_logprobs, out.logprobs, sub.action_mask)
-                    mismatch.add(sub.old_logprobs, out.logprobs, sub.action_mask)
-                loss = result.loss * share
-                parts = {"policy_loss": float(loss.detach())}
-                metrics = dict(result.metrics)
-                if onpolicy is None:
-                    onpolicy = on_policy_metrics(out.logprobs, sub, metrics)
-                if "pg_loss" in metrics:  # a micro-batch's part of the mini-batch's loss, summed like the loss
-                    parts["pg_loss"] = metrics.pop("pg_loss") * share
-                weights = {k: metrics.pop(k) for k in list(metrics) if k.startswith("offpolicy/")}
-                if fixed_weights is None:  # token means: weighted by the tokens they cover
-                    stats.add(weights, weight=float(metrics.get("valid_tokens", 0.0)))
-                stats.add(metrics)
-                if use_critic:
-                    vres = algorithm.value_loss(values, sub, returns[index].to(values.device))
-                    vloss = vres.loss * share
-                    parts["value_loss"] = float(vloss.detach())
-                    stats.add({k: v for k, v in vres.metrics.items() if k != "vf_loss"})
-                    # the head on the policy trunk shares the policy's step; a separate critic has its own
-                    loss = loss + (value_coef * vloss if critic is None else vloss)
-                parts["loss"] = float(loss.detach())
-                for k, v in parts.items():
-                    sums[k] = sums.get(k, 0.0) + v
-                stats.add_tokens(inputs)
-                if bar is not None:
-                    bar.update(1)
-                if not torch.isfinite(loss):
-                    loss_ok = False
-                    continue
-                loss.backward()
-            stats.add(sums)  # per mini-batch: the micro-batch parts add up to the mini-batch loss
-            if "value_loss" in sums:
-                stats.add({"vf_loss": sums["value_loss"]})
+    Gradient norms (``optimizer_steps.guarded_step``): ``grad_norm`` is what the policy's step clips, before
+    clipping (with the value head on the trunk, the policy's and the head's gradients together), and
+    ``grad_clip_fraction`` the fraction of steps it was above ``max_grad_norm``; ``policy_grad_norm`` is the
+    policy's parameters' alone, ``critic_grad_norm`` the value head's or the separate critic's (whose own step adds
+    ``critic_grad_clip_fraction``)."""
+    start = time.perf_counter()
+    use_critic = algorithm.needs_critic and policy.has_critic
+    gap = LogprobGap() if "rollout_logprobs" not in batch.extras else None
+    tallies = UpdateTallies(UpdateStats(), gap, MismatchTally() if gap is not None else None,
+                            correction_tallies(batch, settings.correction))
+    inert_mask = inert_rows_of(algorithm, batch, advantages, returns, use_critic)
+    if len(rows) and inert_mask is not None and bool(inert_mask.all()) and not settings.step_without_gradient:
+        return skipped_update(len(rows), tallies.fixed_weights, settings.track_weight_change)
+    inert = inert_mask.tolist() if inert_mask is not None and settings.skip_inert else None
+    passes = GradientPasses(policy, algorithm, rows, batch, advantages, returns, settings, use_critic, inert,
+                            tallies)
+    change = WeightChange(policy.params, enabled=settings.track_weight_change)
+    passes.open_progress_bar()
+    passes.train_mode(True)
+    for epoch in range(max(1, settings.update_epochs)):
+        for m, mini in enumerate(mini_batches_of_pass(len(rows), settings.mini_batches, generator)):
+            loss_ok = passes.accumulate(mini, first_mini_batch=epoch == 0 and m == 0)
             change.mark()
-            guarded_step(optimizer, policy.params, max_grad_norm, loss_ok, stats, scheduler)
-            if critic is not None:
-                guarded_step(critic.optimizer, critic.params, critic.max_grad_norm, loss_ok, stats,
-                             prefix="critic_")
-    if bar is not None:
-        bar.close()
-    policy.model.eval()
-    if critic is not None:
-        critic.model.eval()
-    stats.seconds = time.perf_counter() - start
-    out_metrics = {**stats.means(), **(gap.metrics() if gap is not None else {}),
-                   **(mismatch.metrics() if mismatch is not None else {}), **(onpolicy or {}),
-                   **(fixed_weights.metrics() if fixed_weights is not None else {}), "update_skipped": 0}
+            passes.step(optimizer, scheduler, loss_ok)
+    passes.close_progress_bar()
+    passes.train_mode(False)
+    tallies.stats.seconds = time.perf_counter() - start
+    metrics = tallies.metrics()
     weight_change = change.norm()
     if weight_change is not None:
-        out_metrics["weight_change"] = weight_change
-    return out_metrics
+        metrics["weight_change"] = weight_change
+    return metrics
 
 
 def sft_update(policy: Policy, optimizer: torch.optim.Optimizer, rows: Sequence[StepRow], epochs: int,

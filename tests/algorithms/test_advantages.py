@@ -172,6 +172,23 @@ def test_step_gae_done_ignores_bootstrap_and_whitens():
     assert out.returns.tolist() == [1.0, 0.0]  # returns use the un-whitened advantages
 
 
+def test_step_gae_reports_how_far_the_critic_is_from_the_returns():
+    """Four one-step episodes with rewards 1, 1, 0, 1 (returns = rewards) and a fifth step without action tokens:
+    a critic that lags (0.1 everywhere) is worse than the batch's mean return for every step (R^2 below 0), one
+    that gives the returns exactly has R^2 1; the step without an action token is left out of both."""
+    kw = dict(traj=[0, 1, 2, 3, 4], group=[0, 0, 0, 0, 0], step=[0] * 5, rewards=[1.0, 1.0, 0.0, 1.0, 7.0],
+              mask=[[1, 1], [1, 0], [1, 1], [1, 1], [0, 0]])
+    lagging = step_gae(make_batch(**kw, values=[0.1] * 5)).metrics
+    # |V - R| = 0.9, 0.9, 0.1, 0.9 -> mean 0.7; sum (R - V)^2 = 3 * 0.81 + 0.01 = 2.44; mean R 0.75, spread
+    # sum (R - 0.75)^2 = 3 * 0.0625 + 0.5625 = 0.75 -> R^2 = 1 - 2.44 / 0.75
+    assert lagging["value_abs_error"] == pytest.approx(0.7, abs=1e-6)
+    assert lagging["value_r2"] == pytest.approx(1 - 2.44 / 0.75, abs=1e-6)
+    exact = step_gae(make_batch(**kw, values=[1.0, 1.0, 0.0, 1.0, 0.0])).metrics
+    assert exact["value_abs_error"] == 0.0 and exact["value_r2"] == 1.0
+    same = step_gae(make_batch(**{**kw, "rewards": [1.0] * 5}, values=[0.5] * 5)).metrics
+    assert same["value_abs_error"] == pytest.approx(0.5) and "value_r2" not in same  # returns do not vary
+
+
 def test_step_gae_requires_values():
     with pytest.raises(ValueError, match="values"):
         step_gae(make_batch(traj=[0], group=[0], step=[0], rewards=[1.0]))
