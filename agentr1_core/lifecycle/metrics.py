@@ -1,6 +1,6 @@
-"""The one metrics path of a run: ``metrics.jsonl`` (one JSON object per record), TensorBoard scalars, W&B when
-installed and asked for (``AGENTR1_WANDB_PROJECT`` or ``wandb_project``), and the one readable console line per
-iteration (followed by ``console_notes``: a skipped update, an engine that disagrees with the trainer).
+"""The one metrics path of a run: ``metrics.jsonl`` (one JSON object per record), TensorBoard scalars and W&B when
+installed and asked for (``AGENTR1_WANDB_PROJECT`` or ``wandb_project``). The console line of an iteration is
+``agentr1_core.trainers.console``'s.
 
 Records are what the trainer produces: one per RL iteration (flat keys such as ``reward_mean``, ``loss``, with small
 dicts for ``terminations`` and ``tool_errors``) plus ``event`` records (``validation``, ``sft``). Non-finite floats
@@ -230,62 +230,3 @@ def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
             except json.JSONDecodeError:
                 continue
     return records
-
-
-def _fmt(value: Any, spec: str = ".3f") -> str:
-    return "-" if not isinstance(value, (int, float)) or not math.isfinite(value) else format(value, spec)
-
-
-def _counts(counts: Any) -> str:
-    if not isinstance(counts, dict) or not counts:
-        return ""
-    return ",".join(f"{k}:{v}" for k, v in sorted(counts.items()))
-
-
-def console_notes(m: dict[str, Any]) -> list[str]:
-    """Lines printed after an iteration's line when it did something a user must know of: an update skipped because
-    no row carries a gradient, an engine whose sampling log-probs disagree with the trainer's past the limits of
-    ``algorithms.mismatch``, and ReMax's greedy baseline beating the samples in most groups (``algorithms.remax``)."""
-    from agentr1_core.algorithms.mismatch import mismatch_warning
-    from agentr1_core.algorithms.remax import remax_warning
-
-    notes = []
-    if m.get("update_skipped"):
-        with_critic = "adv/value_mean" in m  # only critic algorithms report their values
-        why = ("every advantage is 0 and the critic already gives every return, e.g. a fresh critic before the first "
-               "reward") if with_critic else "every advantage is 0, e.g. every episode of each group scored the same"
-        notes.append(f"[update] skipped: no row carries a gradient ({why}); the optimizer did not step and the "
-                     "weights are unchanged")
-    for warning in (mismatch_warning(m), remax_warning(m)):
-        if warning:
-            notes.append(warning)
-    return notes
-
-
-def console_line(m: dict[str, Any], total: int) -> str:
-    """One readable line per iteration."""
-    kl = m.get("kl", m.get("approx_kl"))
-    parts = [
-        f"it {m.get('iteration', 0)}/{total}",
-        f"reward {_fmt(m.get('reward_mean'))}±{_fmt(m.get('reward_std'), '.2f')}",
-        f"success {_fmt(m.get('success_rate'), '.2f')}",
-        f"steps {_fmt(m.get('steps_per_episode'), '.1f')}",
-        f"loss {_fmt(m.get('loss'), '.4f')}",
-        f"kl {_fmt(kl, '.4f')}",
-        f"ent {_fmt(m.get('entropy'), '.3f')}",
-        f"gnorm {_fmt(m.get('grad_norm'), '.2f')}",
-        f"clip {_fmt(m.get('clip_fraction'), '.3f')}",
-        f"roll {_fmt(m.get('rollout_tok_s'), '.0f')} tok/s",
-        f"upd {_fmt(m.get('update_tok_s'), '.0f')} tok/s",
-        f"{_fmt(m.get('iteration_seconds'), '.0f')}s",
-    ]
-    ends = _counts({k: v for k, v in (m.get("terminations") or {}).items() if k != "done"})
-    if ends:
-        parts.append(f"ends {ends}")
-    errors = _counts(m.get("tool_errors"))
-    if errors:
-        parts.append(f"tool errors {errors}")
-    val = m.get("validation")
-    if isinstance(val, dict):
-        parts.append(f"val success {_fmt(val.get('success_rate'), '.3f')} ({val.get('cases', 0)} cases)")
-    return " | ".join(parts)

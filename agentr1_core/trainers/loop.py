@@ -38,14 +38,13 @@ from agentr1_core.lifecycle.episode_errors import check_expert_steps, report_epi
 from agentr1_core.lifecycle.memory import (
     PhasePeaks, account, account_line, child_processes_mb, device_account, rss_mb, trim,
 )
-from agentr1_core.lifecycle.metrics import (
-    MetricsLogger, console_line, console_notes, truncate_metrics, write_episodes, write_train_episodes,
-)
+from agentr1_core.lifecycle.metrics import MetricsLogger, truncate_metrics, write_episodes, write_train_episodes
 from agentr1_core.preflight import take_rows
 from agentr1_core.rollout.base import SamplingParams
 from agentr1_core.rollout.driver import split_greedy
 from agentr1_core.trainers.backend import Backend, RunInputs
 from agentr1_core.trainers.batching import trajectories_to_rows
+from agentr1_core.trainers.console import console_line, console_notes
 from agentr1_core.trainers.metrics import (
     episode_metric_means, expert_problems, peak_rss_mb, rollout_metrics, validation_metrics,
 )

@@ -18,12 +18,12 @@ from agentr1_core.algorithms.base import StepBatch
 from agentr1_core.algorithms.components import ReMax
 from agentr1_core.algorithms.remax import greedy_returns, remax_advantages, remax_warning
 from agentr1_core.flows import AgentEnvLoop, FlowContext
-from agentr1_core.lifecycle.metrics import console_notes
 from agentr1_core.mdp import Step, Trajectory
 from agentr1_core.rollout.base import SamplingParams
 from agentr1_core.rollout.driver import current_episode_uid, rollout_async, split_greedy
 from agentr1_core.testing.models import tiny_llama
 from agentr1_core.trainers.batching import build_step_batch, trajectories_to_rows
+from agentr1_core.trainers.console import console_notes
 from agentr1_core.trainers.metrics import rollout_metrics
 
 NAN = float("nan")

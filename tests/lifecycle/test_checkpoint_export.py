@@ -9,7 +9,8 @@ import torch
 
 from agentr1_core.lifecycle import checkpoint as ck
 from agentr1_core.lifecycle.export import export_model
-from agentr1_core.lifecycle.metrics import MetricsLogger, console_line, read_metrics, truncate_metrics
+from agentr1_core.lifecycle.metrics import MetricsLogger, read_metrics, truncate_metrics
+from agentr1_core.trainers.console import console_line
 from agentr1_core.lifecycle.plot import plot_run
 
 

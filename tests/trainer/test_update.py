@@ -14,9 +14,9 @@ from agentr1_core.algorithms.base import inert_rows_of
 from agentr1_core.algorithms.components import ALGORITHM_CLASSES
 from agentr1_core.algorithms.gae import step_gae
 from agentr1_core.config import ConfigError
-from agentr1_core.lifecycle.metrics import console_notes
 from agentr1_core.mdp import Observation, Step, Trajectory
 from agentr1_core.trainers.batching import build_step_batch, collate, trajectories_to_rows
+from agentr1_core.trainers.console import console_notes
 from agentr1_core.trainers.forward import response_forward
 from agentr1_core.trainers.roles import (bootstrap_values, engine_runs_module, recompute_old_logprobs,
                                          zero_value_head)
