@@ -10,7 +10,8 @@ leaves them out of its numerator and its token count alike, as the local trainer
 weight is handed to verl (they become 0). Token ids are copied as they are. Non-tensor columns carry the GRPO group
 (``uid``),
 the trajectory uid and the step index; ``meta_info`` carries the update settings. ``to_dataproto`` wraps the result
-in ``verl.DataProto`` (that one needs verl).
+in ``verl.DataProto`` (that one needs verl). ``update_metrics`` gives verl's update metrics the local trainer's names
+for the policy's and the critic's losses and gradient norms (what the console line shows).
 
 ``verl_config(cfg, algorithm, ...)`` maps an agentr1 run config and the built algorithm (its resolved loss settings,
 defaults included) onto verl's ``actor_rollout_ref`` / ``critic`` / ``trainer`` keys (verl 0.9 names); anything
@@ -147,6 +148,41 @@ def default_attn_implementation() -> str:
     import importlib.util
 
     return "flash_attention_2" if importlib.util.find_spec("flash_attn") is not None else "sdpa"
+
+
+def _mean(value: Any) -> float | None:
+    values = value if isinstance(value, list) else [value]
+    values = [float(v) for v in values if isinstance(v, (int, float))]
+    return sum(values) / len(values) if values else None
+
+
+def _clipped_share(norms: Any, limit: float) -> float | None:
+    """The share of the optimizer steps whose gradient norm (one per step, or a single one) was above ``limit``."""
+    values = [float(v) for v in (norms if isinstance(norms, list) else [norms]) if isinstance(v, (int, float))]
+    if not values:
+        return None
+    return sum(v > limit for v in values) / len(values) if limit > 0 else 0.0
+
+
+def update_metrics(actor: dict[str, Any], critic: dict[str, Any] | None, max_grad_norm: float) -> dict[str, float]:
+    """The local trainer's names for what verl's actor and critic updates report (numbers, or lists with one value
+    per optimizer step or micro-batch, as ``workers._metrics`` gives them): ``policy_loss`` (the actor's ``loss``:
+    its policy-gradient, KL and entropy terms), ``policy_grad_norm`` (the actor's ``grad_norm``, before clipping;
+    verl clips the actor alone, so it is the local ``grad_norm`` too) and ``grad_clip_fraction`` (the share of the
+    actor's steps whose norm was above ``max_grad_norm``). With a critic (a separate value model, clipped at the
+    same limit): ``critic_grad_norm``, ``critic_grad_clip_fraction``, ``value_loss`` and ``loss`` as the local
+    trainer gives them with a separate critic, the policy's loss plus the value loss."""
+    out: dict[str, float] = {}
+    named = {"policy_loss": _mean(actor.get("loss")), "policy_grad_norm": _mean(actor.get("grad_norm")),
+             "grad_clip_fraction": _clipped_share(actor.get("grad_norm"), max_grad_norm)}
+    if critic is not None:
+        named.update(critic_grad_norm=_mean(critic.get("grad_norm")),
+                     critic_grad_clip_fraction=_clipped_share(critic.get("grad_norm"), max_grad_norm),
+                     value_loss=_mean(critic.get("critic/vf_loss")))
+        if named["policy_loss"] is not None and named["value_loss"] is not None:
+            named["loss"] = named["policy_loss"] + named["value_loss"]
+    out.update({k: v for k, v in named.items() if v is not None})
+    return out
 
 
 def loss_settings(algorithm: Any) -> dict[str, Any]:

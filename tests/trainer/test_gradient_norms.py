@@ -125,3 +125,22 @@ def test_without_a_critic_the_line_keeps_the_loss_and_says_how_often_it_clipped(
     _, _, c = _update(tiny_model, algo, "none", max_grad_norm=1e-6, mini_batches=2)
     assert c["grad_clip_fraction"] == 1.0 and f"| gnorm {c['grad_norm']:.2f} (clipped) |" in console_line(c, 6)
     assert "gnorm 1.00 (clipped in 50% of steps)" in console_line({"grad_norm": 1.0, "grad_clip_fraction": 0.5}, 6)
+
+
+def test_verls_update_metrics_get_the_names_of_the_local_update(tiny_model):
+    """verl's critic is a separate value model: its actor's and critic's update metrics (one value per optimizer
+    step, as verl's workers give them), named by ``verl.data.update_metrics``, carry the same loss and gradient
+    keys as the local update with a separate critic, and mean the same: norms before clipping, the share of steps
+    above the limit, the policy's loss plus the value loss."""
+    from agentr1_core.verl.data import update_metrics
+
+    algo = ALGORITHM_CLASSES["steppo"](loss_type="ppo", clip_ratio=0.2, loss_agg="token-mean")
+    _, _, local = _update(tiny_model, algo, "separate", max_grad_norm=1e-3)
+    named = update_metrics({"loss": [0.1, 0.3], "grad_norm": [2.0, 0.5], "actor/pg_loss": [0.1, 0.2]},
+                           {"critic/vf_loss": [0.2, 0.4], "grad_norm": [3.0, 4.0]}, max_grad_norm=1.0)
+    assert set(named) <= set(local)
+    assert local["loss"] == pytest.approx(local["policy_loss"] + local["value_loss"], rel=1e-5)
+    assert named == pytest.approx({"policy_loss": 0.2, "policy_grad_norm": 1.25, "grad_clip_fraction": 0.5,
+                                   "critic_grad_norm": 3.5, "critic_grad_clip_fraction": 1.0, "value_loss": 0.3,
+                                   "loss": 0.5})
+    assert console_line({**named, "grad_norm": 1.25}, 6).count("clipped") == 2
