@@ -22,6 +22,12 @@ What it builds:
 Prompts are the env's messages rendered role by role (``render_messages``) or the env's plain text as it was
 encoded; the chat template's own markup is not shown (no tokenizer is loaded here). It reads files only: no model,
 no torch.
+
+Files agentr1 did not write are read as far as they can be: ``NaN`` and ``Infinity`` (and a number too large for a
+float) become the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``, which the page shows as they are; a line that
+is not a JSON object is skipped, and each file with such lines gives one line in ``warnings`` (``skipped FILE:LINE:
+...``, with the count of the others), which ``agentr1-core view`` prints and the page shows; any ``uid`` shows as
+text (``uid_text``); steps, calls and messages of another shape are left out rather than failing the page.
 """
 
 from __future__ import annotations
@@ -29,11 +35,10 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
-
-from agentr1_core.lifecycle.metrics import read_metrics
 
 CURVES = (  # (title, keys); "val/..." are the validation records' values
     ("reward", ("reward_mean", "val/reward_mean")),
@@ -63,9 +68,12 @@ def _content(value: Any) -> str:
 
 def render_messages(messages: list[dict[str, Any]]) -> str:
     """Chat messages as readable text: a ``── role (name) ──`` line, the content, then any other keys (the tool
-    calls of an OpenAI-style history) as JSON."""
+    calls of an OpenAI-style history) as JSON; a message that is not an object, as JSON."""
     out = []
     for m in messages:
+        if not isinstance(m, dict):
+            out.append(f"{_content(m)}\n")
+            continue
         name = f" ({m['name']})" if m.get("name") else ""
         out.append(f"── {m.get('role', '?')}{name} ──\n{_content(m.get('content', ''))}\n")
         for key, value in m.items():
@@ -121,17 +129,85 @@ def apply_diff(old: str, ops: list[list[Any]]) -> tuple[str, list[tuple[str, str
 
 
 # -- reading files --------------------------------------------------------------------------------------------------
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The JSON objects of a JSONL file (a torn or foreign line is skipped)."""
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(record, dict):
+NONFINITE = ("NaN", "Infinity", "-Infinity")  # how a non-finite number reaches the page (JSON has none)
+
+
+def _float(text: str) -> float | str:
+    value = float(text)
+    return value if math.isfinite(value) else NONFINITE[1 if value > 0 else 2]
+
+
+def loads(text: str) -> Any:
+    """JSON as the page can carry it: ``NaN``, ``Infinity``, ``-Infinity`` (which Python's ``json`` writes) and a
+    number too large for a float become those words, as strings."""
+    return json.loads(text, parse_constant=str, parse_float=_float)
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every non-finite float written as in ``loads`` (for values that did not come from JSON)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return NONFINITE[0 if value != value else 1 if value > 0 else 2]
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
+def read_jsonl(path: Path, warnings: list[str] | None = None) -> list[dict[str, Any]]:
+    """The JSON objects of a JSONL file. A line that is not one (a torn last line, a foreign line) is skipped; the
+    first is named in one line added to ``warnings``, with the count of the others. Blank lines are ignored."""
+    out, problems = [], []
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                record = loads(line)
+            except (json.JSONDecodeError, RecursionError) as exc:
+                detail = f"{exc.msg} at column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else "too deep"
+                problems.append(f"{path}:{number}: not valid JSON ({detail})")
+                continue
+            if not isinstance(record, dict):
+                problems.append(f"{path}:{number}: not a JSON object ({type(record).__name__})")
+                continue
             out.append(record)
+    if problems and warnings is not None:
+        more = f" and {len(problems) - 1} more unreadable lines" if len(problems) > 1 else ""
+        warnings.append(f"skipped {problems[0]}{more}")
     return out
+
+
+def read_json(path: Path, warnings: list[str]) -> dict[str, Any]:
+    """The JSON object of ``path`` ({} when absent; when it is not one, {} and a line in ``warnings``)."""
+    if not path.is_file():
+        return {}
+    try:
+        data = loads(path.read_text(encoding="utf-8", errors="replace"))
+    except (json.JSONDecodeError, RecursionError) as exc:
+        detail = f"{exc.msg} at line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else "too deep"
+        warnings.append(f"skipped {path}: not valid JSON ({detail})")
+        return {}
+    if not isinstance(data, dict):
+        warnings.append(f"skipped {path}: not a JSON object ({type(data).__name__})")
+        return {}
+    return data
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _number(value: Any) -> int | float | None:
+    """``value`` when it is a finite number (not a bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    """The objects of a list (steps, calls); anything else is no list of them."""
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
 def stage_order(label: str) -> tuple[int, int, str]:
@@ -171,6 +247,7 @@ def config_summary(path: Path) -> dict[str, Any]:
         if key == "env.tools" and isinstance(value, list):
             value = [t.get("name") if isinstance(t, dict) else t for t in value]
         if value is not None:
+            value = finite(value)
             rows.append([key, value if isinstance(value, (str, int, float, bool)) else json.dumps(value)])
     return {"rows": rows, "text": text}
 
@@ -184,8 +261,8 @@ def curves(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         series = []
         for key in keys:
             rows, name = (vals, key[4:]) if key.startswith("val/") else (iters, key)
-            points = [[int(r.get("iteration") or 0), float(r[name])] for r in rows
-                      if isinstance(r.get(name), (int, float)) and not isinstance(r.get(name), bool)]
+            points = [[int(_number(r.get("iteration")) or 0), float(r[name])] for r in rows
+                      if _number(r.get(name)) is not None]
             if points:
                 series.append({"name": key, "points": points})
         if series:
@@ -195,8 +272,9 @@ def curves(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def validation_rows(records: list[dict[str, Any]], summary: dict[str, Any]) -> list[dict[str, Any]]:
     """The validation records (``metrics.jsonl``, else ``summary.json``), one per label, in run order."""
-    found = {r.get("label"): r for r in records if r.get("event") == "validation" and r.get("label")}
-    for label, r in ((summary or {}).get("validation") or {}).items():
+    found = {r["label"]: r for r in records if r.get("event") == "validation" and isinstance(r.get("label"), str)
+             and r["label"]}
+    for label, r in _dict(summary.get("validation")).items():
         if isinstance(r, dict):
             found.setdefault(label, {"label": label, **r})
     keep = ("label", "iteration", "cases", "success_rate", "reward_mean", "steps_per_episode", "terminations")
@@ -204,7 +282,7 @@ def validation_rows(records: list[dict[str, Any]], summary: dict[str, Any]) -> l
     for label in sorted(found, key=stage_order):
         r = found[label]
         by = {src: {k: v.get(k) for k in ("success_rate", "reward_mean", "cases")}
-              for src, v in (r.get("by_source") or {}).items() if isinstance(v, dict)}
+              for src, v in _dict(r.get("by_source")).items() if isinstance(v, dict)}
         rows.append({**{k: r.get(k) for k in keep}, "label": label, "by_source": by})
     return rows
 
@@ -217,18 +295,25 @@ def episode_task_id(ep: dict[str, Any]) -> str:
     if ep.get("task"):
         text = f"{ep.get('data_source', '')}\n{ep['task']}"
         return "t" + hashlib.sha1(text.encode("utf-8")).hexdigest()[:12]
-    uid = str(ep.get("uid", ""))
+    uid = uid_text(ep.get("uid", ""))
     return "row:" + uid.rsplit("/", 1)[0].rsplit("-", 1)[-1]
+
+
+def uid_text(uid: Any) -> str:
+    """An episode's uid as the page shows it: a string as it is, anything else (a number, null, a list) as JSON;
+    ``""`` when the record has none."""
+    return uid if isinstance(uid, str) else json.dumps(uid, ensure_ascii=False, default=str)
 
 
 def episode_tags(ep: dict[str, Any]) -> list[str]:
     """What the page filters on: the termination, each tool error kind, ``reward_error``, ``cut_at_length`` (a
     response stopped by max_new_tokens) and ``answered`` (the last step answered without a tool call)."""
     tags = [str(ep.get("termination") or "unknown")]
-    tags += sorted(str(k) for k, v in (ep.get("tool_errors") or {}).items() if v)
+    errors = ep.get("tool_errors")
+    tags += sorted(str(k) for k, v in errors.items() if v) if isinstance(errors, dict) else []
     if ep.get("reward_error"):
         tags.append("reward_error")
-    steps = ep.get("steps") or []
+    steps = _dicts(ep.get("steps"))
     if any(s.get("finish_reason") == "length" for s in steps):
         tags.append("cut_at_length")
     if steps and steps[-1].get("answer") is not None:
@@ -279,21 +364,23 @@ def _prompt_kind(step: dict[str, Any]) -> str:
 def compact_episode(ep: dict[str, Any], stage: str, index: int, strings: _Strings) -> dict[str, Any]:
     """One episode as the page holds it (short keys; prompts as diffs against the previous step)."""
     steps, before = [], ""
-    for s in ep.get("steps") or []:
+    for s in _dicts(ep.get("steps")):
         now = prompt_text(s)
         step = {"p": _compact_ops(line_diff(before, now), strings), "r": str(s.get("action", "")),
                 "f": str(s.get("feedback", "")), "rw": s.get("reward"), "d": bool(s.get("done")),
                 "t": bool(s.get("truncated")), "pt": s.get("prompt_tokens"), "rt": s.get("response_tokens"),
                 "k": _prompt_kind(s)}
-        for short, key in (("c", "calls"), ("fr", "finish_reason"), ("te", "tool_errors"), ("a", "answer"),
-                           ("tools", "tools")):
+        for short, key in (("fr", "finish_reason"), ("te", "tool_errors"), ("a", "answer"), ("tools", "tools")):
             if s.get(key) is not None:
                 step[short] = s[key]
+        if _dicts(s.get("calls")):
+            step["c"] = _dicts(s["calls"])
         steps.append(step)
         before = seen_text(s) if step["k"] in ("messages", "text") else ""
-    out = {"i": index, "stage": stage, "tid": episode_task_id(ep), "uid": ep.get("uid"),
+    out = {"i": index, "stage": stage, "tid": episode_task_id(ep), "uid": uid_text(ep["uid"]) if "uid" in ep else "",
            "ds": str(ep.get("data_source", "default")), "task": strings.ref(str(ep.get("task", ""))),
-           "reward": ep.get("reward"), "ok": bool(ep.get("success")), "term": ep.get("termination"),
+           "reward": ep.get("reward"), "ok": ep.get("success") not in NONFINITE and bool(ep.get("success")),
+           "term": ep.get("termination"),
            "tags": episode_tags(ep), "steps": steps}
     for key in ("error", "reward_error", "close_error", "metrics"):
         if ep.get(key):
@@ -373,27 +460,27 @@ def _episode_sets(path: Path) -> tuple[str, list[tuple[str, Path]], list[tuple[s
 
 def build_view(path: str | Path) -> dict[str, Any]:
     """Everything the page shows of a run directory or an eval report (``<report>.json`` or its
-    ``.episodes.jsonl``)."""
+    ``.episodes.jsonl``); ``warnings``: one line per file with lines that could not be read."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"run directory or eval report not found: {path}")
     kind, val_sets, train_sets = _episode_sets(path)
     run_dir = path if path.is_dir() else path.parent
-    records = read_metrics(run_dir) if kind == "run" else []
-    summary_file = run_dir / "summary.json"
-    summary = json.loads(summary_file.read_text(encoding="utf-8")) if kind == "run" and summary_file.is_file() else {}
+    warnings: list[str] = []
+    metrics_file = run_dir / "metrics.jsonl"
+    records = read_jsonl(metrics_file, warnings) if kind == "run" and metrics_file.is_file() else []
+    summary = read_json(run_dir / "summary.json", warnings) if kind == "run" else {}
     report: dict[str, Any] = {}
     if kind == "eval":
         report_file = path if path.suffix == ".json" else path.with_name(path.name.replace(".episodes.jsonl", ".json"))
-        if report_file.is_file():
-            report = json.loads(report_file.read_text(encoding="utf-8"))
+        report = read_json(report_file, warnings)
     if kind == "run" and not (records or val_sets or train_sets or summary):
         raise FileNotFoundError(f"nothing to show in {path}: no metrics.jsonl, summary.json or episodes/")
     if kind == "eval" and not (val_sets or report):
         raise FileNotFoundError(f"not an eval report: {path} (expected <report>.json or <report>.episodes.jsonl)")
     strings, episodes = _Strings(), []
     for stage, file in [*val_sets, *train_sets]:
-        for ep in read_jsonl(file):
+        for ep in read_jsonl(file, warnings):
             episodes.append(compact_episode(ep, stage, len(episodes), strings))
     stages = [stage for stage, _ in val_sets]
     validation = validation_rows(records, summary)
@@ -402,7 +489,7 @@ def build_view(path: str | Path) -> dict[str, Any]:
                        **{k: report.get(k) for k in ("cases", "success_rate", "reward_mean", "steps_per_episode",
                                                      "terminations")},
                        "by_source": {s: {k: v.get(k) for k in ("success_rate", "reward_mean", "cases")}
-                                     for s, v in (report.get("by_source") or {}).items() if isinstance(v, dict)}}]
+                                     for s, v in _dict(report.get("by_source")).items() if isinstance(v, dict)}}]
     config = config_summary(run_dir / "config.yaml")
     if report:
         config.setdefault("rows", [])
@@ -414,4 +501,4 @@ def build_view(path: str | Path) -> dict[str, Any]:
             "curves": curves(records), "validation": validation, "stages": stages,
             "train_stages": [stage for stage, _ in train_sets], "tasks": tasks,
             "start": first_episode(tasks, stages, episodes), "episodes": episodes, "strings": strings.items,
-            "wall_seconds": summary.get("wall_seconds") if isinstance(summary, dict) else None}
+            "wall_seconds": summary.get("wall_seconds"), "warnings": warnings}

@@ -1,7 +1,10 @@
 // The page of `agentr1-core view`: renders the JSON embedded in #view-data (built by agentr1_core/lifecycle/view.py).
 // Every text that comes from a run (model output, tool output, tasks, config) goes into the page through text
 // nodes, never as markup. Tables are paged (50 rows) and an episode is rendered only when it is opened. Every episode
-// has its own link, #episode-N; without one the page opens D.start (the first held-out task that changed).
+// has its own link, #episode-N; without one the page opens D.start (the first held-out task that changed). In a wide
+// window the episode pane stands beside the tables and stays in view (the page's CSS decides: #layout is a grid);
+// in a narrow one it comes after them, and the header's "episode" link, which names the open episode, leads to it.
+// A number the run's files wrote as NaN or Infinity arrives as that word (JSON has no such numbers) and shows as it.
 (function () {
   "use strict";
   var D = JSON.parse(document.getElementById("view-data").textContent);
@@ -9,6 +12,7 @@
   var COLORS = ["#0969da", "#cf222e", "#1a7f37", "#8250df", "#bc4c00", "#57606a"];
   var SVGNS = "http://www.w3.org/2000/svg";
   var byIndex = D.episodes;  // episode i is D.episodes[i]
+  var NONFINITE = ["NaN", "Infinity", "-Infinity"];
 
   // an interned text (task, added prompt lines): its index in D.strings when long, else the text itself
   function txt(v) { return typeof v === "number" ? D.strings[v] : (v == null ? "" : String(v)); }
@@ -35,8 +39,10 @@
   }
   function svg(tag, attrs) { var e = document.createElementNS(SVGNS, tag); setAttrs(e, attrs); return e; }
   function clear(e) { while (e.firstChild) e.removeChild(e.firstChild); return e; }
+  function isNum(v) { return typeof v === "number" && isFinite(v); }
   function fmt(v, digits) {
-    if (v == null || typeof v !== "number" || !isFinite(v)) return "-";
+    if (NONFINITE.indexOf(v) >= 0) return v;
+    if (!isNum(v)) return "-";
     if (digits == null) digits = 3;
     if (Math.abs(v) >= 1000) return v.toFixed(0);
     return Number(v.toFixed(digits)).toString();
@@ -46,7 +52,7 @@
     if (Math.abs(v) >= 1000) return v.toFixed(0);
     return digits > 5 ? v.toExponential(1) : Number(v.toFixed(digits)).toString();
   }
-  function pct(v) { return v == null ? "-" : (100 * v).toFixed(1) + "%"; }
+  function pct(v) { return NONFINITE.indexOf(v) >= 0 ? v : isNum(v) ? (100 * v).toFixed(1) + "%" : "-"; }
   function bytes(n) {
     if (!isFinite(n)) return "?";
     return n >= 1048576 ? (n / 1048576).toFixed(1) + " MB" : n >= 1024 ? (n / 1024).toFixed(0) + " KB" : n + " B";
@@ -66,8 +72,14 @@
                 el("span", null, D.stages.length + " validation stages"),
                 D.train_stages.length ? el("span", null, D.train_stages.length + " iterations with kept training episodes") : null,
                 el("span", {id: "file-size"}, "this file: " + bytes(size)),
-                D.wall_seconds ? el("span", null, "run wall time " + fmt(D.wall_seconds / 60, 1) + " min") : null,
+                isNum(D.wall_seconds) ? el("span", null, "run wall time " + fmt(D.wall_seconds / 60, 1) + " min") : null,
                 el("span", {class: "dim"}, D.source)]);
+    var warnings = D.warnings || [];
+    if (warnings.length) {
+      var box = document.getElementById("warnings");
+      add(box, [el("b", null, "Lines that could not be read (left out):")].concat(warnings.map(function (w) { return el("div", null, w); })));
+      box.hidden = false;
+    }
   }
 
   function renderConfig() {
@@ -154,9 +166,9 @@
       sources.map(function (s) { return el("th", null, s); })));
     rows.forEach(function (r) {
       var ends = Object.keys(r.terminations || {}).map(function (k) { return k + " " + r.terminations[k]; }).join(", ");
-      var solved = r.cases != null && r.success_rate != null ? Math.round(r.success_rate * r.cases) + "/" + r.cases + " " : "";
-      add(table, el("tr", {class: "stage-row"}, el("th", null, r.label), el("td", {class: "num"}, r.iteration == null ? "-" : r.iteration),
-        el("td", {class: "num"}, r.cases == null ? "-" : r.cases), el("td", {class: "num"}, solved + "(" + pct(r.success_rate) + ")"),
+      var solved = isNum(r.cases) && isNum(r.success_rate) ? Math.round(r.success_rate * r.cases) + "/" + r.cases + " " : "";
+      add(table, el("tr", {class: "stage-row"}, el("th", null, r.label), el("td", {class: "num"}, r.iteration == null ? "-" : str(r.iteration)),
+        el("td", {class: "num"}, r.cases == null ? "-" : str(r.cases)), el("td", {class: "num"}, solved + "(" + pct(r.success_rate) + ")"),
         el("td", {class: "num"}, fmt(r.reward_mean)), el("td", null, ends),
         sources.map(function (s) {
           var b = (r.by_source || {})[s];
@@ -264,12 +276,13 @@
     var table = clear(document.getElementById("episodes"));
     var shown = D.episodes.filter(episodeMatches), pages = Math.max(1, Math.ceil(shown.length / PAGE));
     epPage = Math.min(epPage, pages - 1);
-    add(table, el("tr", null, ["link", "stage", "task", "data source", "reward", "outcome", "ended", "steps"].map(function (h) {
+    add(table, el("tr", null, ["link", "uid", "stage", "task", "data source", "reward", "outcome", "ended", "steps"].map(function (h) {
       return el("th", null, h);
     })));
     shown.slice(epPage * PAGE, (epPage + 1) * PAGE).forEach(function (e) {
       add(table, el("tr", {class: "ep-row", "data-episode": e.i, onclick: function (ev) { if (!linkClicked(ev)) openEpisode(e.i); }},
-        el("td", null, episodeLink(e.i, "#episode-" + e.i)), el("td", null, e.stage), el("td", null, short(txt(e.task), 80)), el("td", null, e.ds),
+        el("td", null, episodeLink(e.i, "#episode-" + e.i)), el("td", {class: "uid", title: e.uid}, short(e.uid, 24)), el("td", null, e.stage),
+        el("td", null, short(txt(e.task), 80)), el("td", null, e.ds),
         el("td", {class: "num"}, fmt(e.reward)), el("td", {class: e.ok ? "ok" : "fail"}, e.ok ? "success" : "failure"),
         el("td", null, tagList(e.tags)), el("td", {class: "num"}, e.steps.length)));
     });
@@ -314,7 +327,8 @@
     add(box, [why ? el("div", {class: "meta", id: "episode-why"}, "Opened with " + why + ". Any episode opens from its link, "
         + "#episode-N (the tables' links, shareable).") : null,
       el("div", {class: "meta", id: "episode-head"}, episodeLink(i, "#episode-" + i), " · ",
-        el("b", null, e.stage), " · ", e.uid || "", " · task " + e.tid + " · " + e.ds + " · reward " + fmt(e.reward) + " · ",
+        el("b", null, e.stage), " · uid ", el("span", {class: "uid"}, e.uid === "" ? "-" : e.uid),
+        " · task " + e.tid + " · " + e.ds + " · reward " + fmt(e.reward) + " · ",
         el("span", {class: e.ok ? "ok" : "fail"}, e.ok ? "success" : "failure"), " · ended: ", tagList(e.tags)),
       same.length ? el("div", {class: "meta"}, "same task at: ", same.map(function (o) {
         return el("button", {onclick: function () { openEpisode(o.i); }, class: o.ok ? "ok" : "fail"}, o.stage + (o.ok ? " ✓" : " ✗"));
@@ -349,7 +363,14 @@
           s.f ? [el("div", null, el("b", null, "env feedback")), el("pre", {class: "feedback"}, s.f)] : null));
       prev = seen(prompt, s);
     });
-    if (!why) document.getElementById("episode-section").scrollIntoView();
+    document.getElementById("nav-episode").textContent = "episode #" + i + " (" + e.stage + ")";
+    var pane = document.getElementById("episode-section");
+    if (beside()) pane.scrollTop = 0;  // the pane is in view: show the new episode from its top
+    else if (!why) pane.scrollIntoView();
+  }
+  function beside() { return getComputedStyle(document.getElementById("layout")).display === "grid"; }
+  function navHeight() {  // the sticky episode pane starts below the sticky nav
+    document.documentElement.style.setProperty("--nav-height", document.querySelector("nav").offsetHeight + "px");
   }
   function route(loading) {  // a section's anchor leaves the episode shown; a page opened without #episode-N shows D.start
     var m = /^#episode-(\d+)$/.exec(location.hash);
@@ -357,6 +378,7 @@
     else if (loading === true && D.start) showEpisode(D.start.episode, D.start.why);
   }
 
+  navHeight(); window.addEventListener("resize", navHeight);
   renderHeader(); renderConfig(); renderCurves(); renderStages();
   taskFilters(); renderTasks(); episodeFilters(); renderEpisodes();
   window.addEventListener("hashchange", route);

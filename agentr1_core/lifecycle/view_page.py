@@ -6,6 +6,7 @@ shipped as package data), it loads nothing from the network, and the run's data 
 sits in a ``<script type="application/json">`` block, with every ``<``, ``>`` and ``&`` written as a JSON escape so
 that no model or tool output can close the block. The script puts every text of the run into the page as text,
 never as markup. The page states its own size in bytes (``<meta name="file-bytes">``, exact) and its episode count.
+Lines of the run's files that could not be read are printed as warnings (one line a file) and listed on the page.
 
 ``--serve`` writes the file, then serves it on 127.0.0.1 only (another machine cannot reach it; the port is
 printed) until Ctrl-C. It writes nothing but the page: default ``RUN_DIR/view.html``, or ``<report>.html`` next to
@@ -18,11 +19,12 @@ import argparse
 import html
 import json
 import re
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from agentr1_core.lifecycle.view import build_view
+from agentr1_core.lifecycle.view import build_view, finite
 
 HERE = Path(__file__).resolve().parent
 BYTES_WIDTH = 12  # the file-bytes placeholder: filled in with the page's size, padded to the same width
@@ -30,8 +32,12 @@ BYTES_WIDTH = 12  # the file-bytes placeholder: filled in with the page's size, 
 
 def embed_json(data: Any) -> str:
     """JSON that is safe inside ``<script type="application/json">``: ``<``, ``>``, ``&`` and the two JavaScript line
-    separators are escaped (``</script>`` and ``<!--`` in a model's output stay data)."""
-    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=str)
+    separators are escaped (``</script>`` and ``<!--`` in a model's output stay data). JSON has no NaN or Infinity:
+    a non-finite float is written as the string ``"NaN"``, ``"Infinity"`` or ``"-Infinity"``."""
+    try:
+        text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=str)
+    except ValueError:  # a non-finite float that did not come from a file read by view.loads
+        text = json.dumps(finite(data), ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=str)
     for char, escape in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"),
                          ("\u2029", "\\u2029")):
         text = text.replace(char, escape)
@@ -88,6 +94,8 @@ def cmd_view(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     out, data = write_view(args.source, args.out)
     size = out.stat().st_size
+    for warning in data["warnings"]:  # lines of its files that could not be read; the page lists them too
+        print(f"[view] warning: {warning}", file=sys.stderr, flush=True)
     print(f"[view] {len(data['episodes'])} episodes, {len(data['tasks'])} held-out tasks, "
           f"{len(data['stages'])} validation stages -> {out} ({size / 1024:.0f} KB, {time.perf_counter() - t0:.1f}s)",
           flush=True)

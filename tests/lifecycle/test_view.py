@@ -1,7 +1,9 @@
 """``agentr1-core view``: the data the page is built from (stage alignment by task id, flipped-task filters, step
 diffs, tags, curves, the validation table, eval reports), the page file itself (one file, data escaped, its stated
-size), 10,000 episodes, the episode records a run writes (prompts, tool calls, task ids, kept training episodes)
-and a real run end to end. The page in a browser: ``test_view_browser.py``."""
+size), 10,000 episodes, files another program wrote (any uid, NaN and Infinity, lines that are not JSON objects,
+records of another shape), the episode records a run writes (prompts, tool calls, task ids, kept training episodes)
+and a real run end to end; then the page in headless Chromium (rendering, filters, model output as text, every uid,
+NaN shown, the episode pane in view beside the tables)."""
 
 from __future__ import annotations
 
@@ -243,6 +245,8 @@ def test_page_is_one_file_with_its_data_escaped_and_its_size_stated(tmp_path):
     block = text.split('<script type="application/json" id="view-data">')[1].split("</script>")[0]
     assert json.loads(block) == json.loads(json.dumps(view))  # the escapes decode to the same data
     assert "<" not in embed_json({"x": "<b>"}) and json.loads(embed_json({"x": "<b>\u2028"})) == {"x": "<b>\u2028"}
+    assert json.loads(embed_json({"x": float("nan"), "y": [float("inf"), -float("inf")]})) == {
+        "x": "NaN", "y": ["Infinity", "-Infinity"]}  # JSON has no such numbers: the words, as the page shows them
 
 
 def test_ten_thousand_episodes_stay_compact(tmp_path):
@@ -269,6 +273,110 @@ def test_cli_writes_the_page_and_reports_a_missing_run_in_one_line(tmp_path, cap
     assert err.startswith("agentr1-core: error:") and "not found" in err and len(err.splitlines()) == 1
     (tmp_path / "empty").mkdir()
     assert main(["view", str(tmp_path / "empty")]) == 2 and "nothing to show" in capsys.readouterr().err
+
+
+UIDS = [7, None, ["a", 1], {"k": 2}, 0]  # uids of the first five episodes: none of them a string
+UID_TEXTS = ["7", "null", '["a", 1]', '{"k": 2}', "0"]
+
+
+def make_odd_uid_run(root: Path) -> Path:
+    """``make_run`` with uids that are not strings (a number, null, a list, an object, 0) and one record without."""
+    run = make_run(root)
+    path = run / "episodes" / "before_sft.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    for record, uid in zip(records, UIDS):
+        record["uid"] = uid
+    _write_jsonl(path, records)
+    path = run / "episodes" / "after_sft.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    records[0]["uid"] = 0
+    del records[1]["uid"]
+    _write_jsonl(path, records)
+    return run
+
+
+def test_any_uid_shows_as_text(tmp_path):
+    view = build_view(make_odd_uid_run(tmp_path))
+    assert [e["uid"] for e in view["episodes"][:7]] == UID_TEXTS[:4] + ["0", "", "x/0"]
+    assert all(isinstance(e["uid"], str) for e in view["episodes"])
+
+
+def write_foreign_run(root: Path) -> Path:
+    """A run whose files another program wrote: NaN and Infinity in metrics.jsonl, an episode file and
+    summary.json, and lines that are not JSON objects."""
+    run = make_run(root)
+    metrics = run / "metrics.jsonl"
+    lines = metrics.read_text().splitlines()
+    lines[3] = lines[3].replace('"loss": 0.5', '"loss": NaN').replace('"kl": 0.01', '"kl": Infinity')
+    lines.insert(2, "{not json")  # line 3
+    lines.append("[1, 2]")
+    metrics.write_text("\n".join(lines) + "\n")
+    episodes = run / "episodes" / "after_rl.jsonl"
+    records = [json.loads(line) for line in episodes.read_text().splitlines()]
+    records[0]["reward"] = float("nan")
+    records[0]["metrics"] = {"num_steps": float("inf"), "score": float("-inf")}
+    records[0]["steps"][0]["reward"] = float("nan")
+    episodes.write_text("".join(json.dumps(r) + "\n" for r in records[:2]) + "garbage\n\n"
+                        + "".join(json.dumps(r) + "\n" for r in records[2:]))
+    (run / "metrics.jsonl").write_text(metrics.read_text().replace('"success_rate": 0.33', '"success_rate": NaN'))
+    (run / "summary.json").write_text('{"wall_seconds": NaN, "validation": {}}')
+    return run
+
+
+def test_nan_and_infinity_from_another_program_render_and_a_line_that_is_not_json_is_one_warning(tmp_path, capsys):
+    run = write_foreign_run(tmp_path)
+    assert main(["view", str(run)]) == 0
+    captured = capsys.readouterr()
+    warnings = captured.err.strip().splitlines()
+    assert warnings == [
+        f"[view] warning: skipped {run / 'metrics.jsonl'}:3: not valid JSON (Expecting property name enclosed in "
+        f"double quotes at column 2) and 1 more unreadable lines",
+        f"[view] warning: skipped {run / 'episodes' / 'after_rl.jsonl'}:3: not valid JSON (Expecting value at "
+        f"column 1)"]
+    assert "12 episodes, 4 held-out tasks" in captured.out  # the other lines of those files are all there
+    page = (run / "view.html").read_text(encoding="utf-8")
+    view = json.loads(page.split('id="view-data">')[1].split("</script>")[0])
+    assert view["warnings"] == [w.removeprefix("[view] warning: ") for w in warnings]
+    first = next(e for e in view["episodes"] if e["stage"] == "after_rl")
+    assert first["reward"] == "NaN" and first["metrics"] == {"num_steps": "Infinity", "score": "-Infinity"}
+    assert first["steps"][0]["rw"] == "NaN"
+    assert [r["success_rate"] for r in view["validation"]] == [0.5, "NaN", 0.5] and view["wall_seconds"] == "NaN"
+    panels = {p["title"]: {s["name"]: s["points"] for s in p["series"]} for p in view["curves"]}
+    assert panels["loss"]["loss"] == [[2, 0.25]] and panels["kl"]["kl"] == [[2, 0.02]]  # NaN, Infinity: no point
+    report = tmp_path / "eval.json"  # an eval report, and its episodes, with NaN too
+    report.write_text('{"cases": 2, "success_rate": NaN, "reward_mean": -Infinity, "iteration": 2}')
+    _write_jsonl(tmp_path / "eval.episodes.jsonl", [_episode("a", "task a", True, reward=float("nan"))])
+    assert main(["view", str(report)]) == 0 and capsys.readouterr().err == ""
+    out, view = write_view(report)
+    assert view["validation"][0]["success_rate"] == "NaN" and view["validation"][0]["reward_mean"] == "-Infinity"
+    (tmp_path / "bad.json").write_text("{oops")
+    (tmp_path / "bad.episodes.jsonl").write_text(json.dumps(_episode("a", "task a", True)) + "\n")
+    assert main(["view", str(tmp_path / "bad.json")]) == 0
+    assert capsys.readouterr().err.strip() == (f"[view] warning: skipped {tmp_path / 'bad.json'}: not valid JSON "
+                                               f"(Expecting property name enclosed in double quotes at line 1)")
+
+
+def test_records_of_another_shape_are_left_out_not_fatal(tmp_path):
+    run = make_run(tmp_path)
+    path = run / "episodes" / "after_rl.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    records[0].update(steps={"not": "a list"}, tool_errors=["x"])
+    records[2]["steps"] = [5, records[2]["steps"][0]]
+    records[2]["steps"][1]["calls"] = [None, {"name": "calculator", "arguments": {}, "output": "4"}]
+    records[2]["steps"][1]["prompt"] = [{"role": "user", "content": "q"}, "a bare string"]
+    _write_jsonl(path, records)
+    (run / "summary.json").write_text(json.dumps({"validation": ["not", "a", "dict"]}))
+    metrics = run / "metrics.jsonl"
+    metrics.write_text(metrics.read_text() + json.dumps({"event": "validation", "label": ["x"], "iteration": "NaN",
+                                                         "by_source": [1]}) + "\n"
+                       + json.dumps({"iteration": {"x": 1}, "loss": 0.1}) + "\n")
+    out, view = write_view(run)
+    eps = [e for e in view["episodes"] if e["stage"] == "after_rl"]
+    assert eps[0]["steps"] == [] and eps[0]["tags"] == ["done"]
+    assert len(eps[2]["steps"]) == 1 and eps[2]["steps"][0]["c"] == [{"name": "calculator", "arguments": {},
+                                                                      "output": "4"}]
+    assert render_messages([{"role": "user", "content": "q"}, "a bare string"]).endswith("\na bare string\n")
+    assert [r["label"] for r in view["validation"]] == ["before_sft", "after_sft", "after_rl"]
 
 
 # -- what a run writes --------------------------------------------------------------------------------------------
@@ -358,10 +466,12 @@ def test_the_page_in_a_browser_renders_filters_and_shows_model_output_as_text(br
     records[2]["steps"][1]["action"] = "answer " + evil  # task a, after RL
     records[2]["steps"][0]["calls"][0]["output"] = evil
     records[2]["steps"][1]["prompt"][-1]["content"] = evil  # the tool message the next prompt carries
+    records[2]["uid"] = evil
     _write_jsonl(path, records)
     out, view = write_view(run)
     _load(browser, out)
     d = browser
+    assert f" · uid {evil} · " in d.find_element("id", "episode-head").get_attribute("textContent")
     assert _count(d, "#stage-table tr.stage-row") == 3 and _count(d, "#curves .chart svg polyline") >= 8
     assert d.find_element("id", "episode-count").text == "12 episodes"
     assert d.find_element("id", "file-size").text.startswith("this file: ")
@@ -438,6 +548,86 @@ def test_ten_thousand_episodes_in_a_browser_are_paged(browser, tmp_path):
     assert d.find_element("css selector", "#episodes tr.ep-row").get_attribute("data-episode") == "50"
     _load(browser, out, "#episode-9999")
     assert _count(d, "#episode .step") == 2 and "task 2499" in d.find_element("id", "episode-task").text
+
+
+def _no_script_error(driver) -> None:
+    assert [e for e in driver.get_log("browser") if e["level"] == "SEVERE"] == []
+
+
+def _episode_head(driver, i: int) -> str:
+    """The text of the episode pane's head once episode ``i`` is open there (a link's hash change is handled
+    after the click returns)."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, 10).until(lambda d: d.execute_script(
+        "var h = document.getElementById('episode-head'); "
+        "return h && h.textContent.indexOf(arguments[0]) === 0 ? h.textContent : null", f"#episode-{i} · "))
+
+
+def test_every_uid_shows_and_its_episode_opens_in_a_browser(browser, tmp_path):
+    out, view = write_view(make_odd_uid_run(tmp_path))
+    _load(browser, out)
+    d = browser
+    uids = [td.get_attribute("textContent") for td in d.find_elements("css selector", "#episodes tr.ep-row td.uid")]
+    assert uids[:7] == UID_TEXTS[:4] + ["0", "", "x/0"]
+    for i, text in enumerate(UID_TEXTS[:4] + ["0", "-"]):  # each episode's link opens it, its uid in its head
+        d.find_element("css selector", f'#episodes tr.ep-row[data-episode="{i}"] a').click()
+        head = _episode_head(d, i)
+        assert f" · uid {text} · " in head, (i, head)
+        assert _count(d, "#episode .step") >= 1
+        _no_script_error(d)
+
+
+def test_nan_and_unreadable_lines_show_in_a_browser(browser, tmp_path):
+    out, view = write_view(write_foreign_run(tmp_path))
+    _load(browser, out, "#episode-7")  # the first episode of after_rl: its reward and a step reward are NaN
+    d = browser
+    stages = [r.text for r in d.find_elements("css selector", "#stage-table tr.stage-row")]
+    assert "(NaN)" in stages[1] and "(50.0%)" in stages[0]
+    row = d.find_element("css selector", '#episodes tr.ep-row[data-episode="7"]').text
+    assert "after_rl task d arith NaN success" in row
+    assert "reward NaN" in d.find_element("id", "episode-head").text
+    assert d.find_element("css selector", '#episode .step[data-step="0"] .meta').text.startswith("reward NaN")
+    assert "metrics: num_steps Infinity, score -Infinity" in d.find_element("id", "episode").text
+    warnings = d.find_element("id", "warnings")
+    assert warnings.is_displayed() and "metrics.jsonl:3: not valid JSON" in warnings.text
+    assert "after_rl.jsonl:3: not valid JSON" in warnings.text
+    assert "run wall time" not in d.find_element("id", "facts").text
+    _no_script_error(d)
+
+
+def _in_view(driver, element_id: str) -> bool:
+    return driver.execute_script("var r = document.getElementById(arguments[0]).getBoundingClientRect(); "
+                                 "return r.top >= 0 && r.bottom <= innerHeight", element_id)
+
+
+def test_the_episode_is_in_view_without_scrolling_past_the_tables(browser, tmp_path):
+    """A wide window: the episode pane stands beside the tables and stays in view while they scroll; opening
+    another episode from a table changes it there, the page's scroll left alone. A narrow one: the pane comes after
+    the tables, and the header's link, which names the open episode, leads to it."""
+    run = make_run(tmp_path)
+    out, view = write_view(run)
+    d = browser
+    _load(d, out)
+    assert _in_view(d, "episode-head") and d.execute_script("return window.scrollY") == 0
+    assert "after_rl" in d.find_element("id", "episode-head").text
+    assert d.find_element("id", "nav-episode").text == "episode #9 (after_rl)"
+    d.execute_script("document.getElementById('episodes-section').scrollIntoView()")
+    scrolled = d.execute_script("return window.scrollY")
+    assert scrolled > 0 and not _in_view(d, "tasks-section")
+    d.find_element("css selector", '#episodes tr.ep-row[data-episode="3"] a').click()
+    assert d.execute_script("return location.hash") == "#episode-3" and "task d" in _episode_head(d, 3)
+    assert _in_view(d, "episode-head")
+    assert d.execute_script("return window.scrollY") == scrolled  # the table stays where the user had it
+    assert d.find_element("id", "nav-episode").text == "episode #3 (before_sft)"
+    try:
+        d.set_window_size(900, 800)
+        _load(d, out)
+        assert not _in_view(d, "episode-head") and d.execute_script("return window.scrollY") == 0
+        d.find_element("id", "nav-episode").click()
+        assert _in_view(d, "episode-head") and "task a" in d.find_element("id", "episode-task").text
+    finally:
+        d.set_window_size(1280, 900)
 
 
 @pytest.fixture(scope="module")
