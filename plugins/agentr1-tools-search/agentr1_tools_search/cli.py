@@ -36,14 +36,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     retriever = open_retriever(args.corpus or "", args.index or "", args.retriever, args.dense_model)
     server = make_server(retriever, args.host, args.port)
-    host, port = server.server_address[:2]
-    print(f"serving {len(retriever)} passages on http://{host}:{port} (POST /search); Ctrl-C stops", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
+    print(f"serving {len(retriever)} passages on {server.url} (POST /search); Ctrl-C stops", flush=True)
+    server.serve_forever()
     return 0
 
 

@@ -4,15 +4,17 @@ Where an index lives: an explicit ``index`` folder; else ``CORPUS.<kind>`` next 
 ``agentr1-core search index CORPUS`` writes); else a folder in the cache (``$AGENTR1_CACHE/search`` or
 ``~/.cache/agentr1/search``), which is also where an index is built automatically when the corpus folder is not
 writable (the shipped sample corpus, for one). ``RemoteRetriever`` queries a retriever served over HTTP
-(``agentr1-core search serve``) with the same ``search`` interface.
+(``agentr1-core search serve``) with the same ``search`` interface, and tries a refused or reset connection again.
 """
 
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import os
 import threading
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -20,6 +22,7 @@ from typing import Any
 
 from agentr1_tools_search.bm25 import BM25Retriever, Hit, build_bm25_index
 from agentr1_tools_search.corpus import SAMPLE_CORPUS, CorpusError, Passage
+from agentr1_tools_search.server import MAX_TOP_K
 
 KINDS = ("bm25", "dense")
 _open: dict[tuple[str, str], Any] = {}
@@ -100,27 +103,61 @@ def forget_open_retrievers() -> None:
         _open.clear()
 
 
-class RemoteRetriever:
-    """Client of ``agentr1-core search serve``: POSTs ``{"query", "top_k"}`` to ``URL/search``."""
+class _ConnectionFailed(Exception):
+    """An attempt whose connection was refused, reset or closed before an answer: worth one more try."""
 
-    def __init__(self, url: str, timeout: float = 10.0) -> None:
+
+class RemoteRetriever:
+    """Client of ``agentr1-core search serve``: POSTs ``{"query", "top_k"}`` to ``URL/search``.
+
+    A connection that is refused, reset or closed before the answer is tried again up to ``retries`` times, the
+    n-th time after ``backoff * 2 ** (n - 1)`` seconds, then a ``RuntimeError`` names the URL and the cause. An
+    answer with an error status (a 4xx is the request's fault) and a timeout are not retried. ``k`` above the
+    server's cap asks for the cap (100), as the server itself did before it refused larger values.
+    """
+
+    def __init__(self, url: str, timeout: float = 10.0, retries: int = 3, backoff: float = 0.1) -> None:
+        if retries < 0 or backoff < 0:
+            raise ValueError("search: retries and backoff must be >= 0")
         self.url = url.rstrip("/")
         self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
 
     def search(self, query: str, k: int = 3) -> list[Hit]:
-        body = json.dumps({"query": query, "top_k": int(k)}).encode()
+        body = json.dumps({"query": query, "top_k": max(1, min(int(k), MAX_TOP_K))}).encode()
+        attempts = self.retries + 1
+        for attempt in range(attempts):
+            if attempt:
+                time.sleep(self.backoff * 2 ** (attempt - 1))
+            try:
+                payload = self._post(body)
+                break
+            except _ConnectionFailed as exc:
+                cause = str(exc)
+        else:
+            raise RuntimeError(f"search server {self.url} is not reachable after {attempts} attempts: {cause}")
+        return [Hit(Passage(str(h["id"]), h.get("title", ""), h.get("text", "")), float(h.get("score", 0.0)))
+                for h in payload.get("hits", [])]
+
+    def _post(self, body: bytes) -> dict[str, Any]:
         request = urllib.request.Request(f"{self.url}/search", data=body,
                                          headers={"Content-Type": "application/json"})
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as resp:
-                payload = json.loads(resp.read())
+                return json.loads(resp.read())
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode("utf-8", "replace")[:300]
             raise RuntimeError(f"search server {self.url} answered {exc.code}: {detail}") from exc
-        except urllib.error.URLError as exc:
-            raise RuntimeError(f"search server {self.url} is not reachable: {exc.reason}") from exc
-        return [Hit(Passage(str(h["id"]), h.get("title", ""), h.get("text", "")), float(h.get("score", 0.0)))
-                for h in payload.get("hits", [])]
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+            reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+            if isinstance(reason, ConnectionRefusedError):
+                raise _ConnectionFailed(f"connection refused ({reason})") from None
+            if isinstance(reason, ConnectionError):  # reset, aborted, broken pipe, closed without an answer
+                raise _ConnectionFailed(f"connection reset or closed before an answer ({reason})") from None
+            if isinstance(reason, TimeoutError):
+                raise RuntimeError(f"search server {self.url} did not answer within {self.timeout:g}s") from exc
+            raise RuntimeError(f"search server {self.url} is not reachable: {reason}") from exc
 
     def close(self) -> None:
         return None
