@@ -7,7 +7,8 @@ its tool-call ids or its content), never re-written from the parsed form; a tool
 message. Only an assistant message the gateway never produced (a history the agent built itself) is written from its
 parts with ``ToolFormat.format_call``.
 
-This module does no I/O and knows no engine.
+The messages come checked (``agentr1_gateway.request``: every field's type, tool calls' arguments parsed); the
+checks left here only keep a direct caller from crashing. This module does no I/O and knows no engine.
 """
 
 from __future__ import annotations
@@ -24,7 +25,13 @@ ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
 class BadRequest(ValueError):
-    """A request the gateway cannot serve; its message goes back to the agent as an OpenAI-style 400 error."""
+    """A request the gateway cannot serve; it goes back to the agent as an OpenAI-style 400 error naming the field
+    (``param``, e.g. ``messages[1].content``) with OpenAI's ``code`` (``invalid_type``, ``invalid_value``, ...)."""
+
+    def __init__(self, message: str, param: str | None = None, code: str = "invalid_value") -> None:
+        super().__init__(message)
+        self.param = param
+        self.code = code
 
 
 def text_of(content: Any) -> str:
@@ -36,9 +43,9 @@ def text_of(content: Any) -> str:
     if isinstance(content, list):
         parts = []
         for part in content:
-            if not isinstance(part, dict) or part.get("type") != "text":
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
                 raise BadRequest("only text content parts are supported")
-            parts.append(str(part.get("text", "")))
+            parts.append(part["text"])
         return "".join(parts)
     raise BadRequest(f"message content must be a string or a list of text parts, got {type(content).__name__}")
 
@@ -61,20 +68,20 @@ def tool_schemas(tools: Any) -> list[dict[str, Any]]:
     if tools is None:
         return []
     if not isinstance(tools, list) or not all(isinstance(t, dict) and t.get("type") == "function" for t in tools):
-        raise BadRequest("tools must be a list of {\"type\": \"function\", \"function\": {...}} objects")
+        raise BadRequest("tools must be a list of {\"type\": \"function\", \"function\": {...}} objects", "tools")
     return tools
 
 
 def model_messages(messages: Any, tools: Any, fmt: ToolFormat, issued: Issued) -> list[dict[str, str]]:
     """The chat messages the model is shown for an OpenAI ``messages`` list (see the module docstring)."""
     if not isinstance(messages, list) or not messages:
-        raise BadRequest("messages must be a non-empty list")
+        raise BadRequest("messages must be a non-empty list", "messages")
     schemas = tool_schemas(tools)
     instructions = fmt.instructions(schemas) if schemas else ""
     out: list[dict[str, str]] = []
     for i, message in enumerate(messages):
         if not isinstance(message, dict) or message.get("role") not in ROLES:
-            raise BadRequest(f"messages[{i}]: each message needs a role among {', '.join(ROLES)}")
+            raise BadRequest(f"messages[{i}]: each message needs a role among {', '.join(ROLES)}", f"messages[{i}]")
         role, content = message["role"], text_of(message.get("content"))
         if role in ("system", "developer"):
             if instructions and not any(m["role"] == "system" for m in out):
@@ -100,13 +107,14 @@ def _assistant_text(message: dict[str, Any], content: str, fmt: ToolFormat, issu
         if first in issued.by_call_id:
             return issued.by_call_id[first][0]
         parts = [content] if content else []
-        for call in calls:
+        for j, call in enumerate(calls):
             try:
                 fn = call["function"]
-                args = fn.get("arguments") or "{}"
+                args = fn.get("arguments") or {}
                 parts.append(fmt.format_call(fn["name"], json.loads(args) if isinstance(args, str) else args))
-            except (KeyError, TypeError, json.JSONDecodeError) as exc:
-                raise BadRequest(f"messages[{i}].tool_calls: not an OpenAI tool call ({exc})") from exc
+            except (KeyError, TypeError, AttributeError, ValueError) as exc:
+                raise BadRequest(f"messages[{i}].tool_calls[{j}]: not an OpenAI tool call ({exc})",
+                                 f"messages[{i}].tool_calls[{j}]") from exc
         return "".join(parts)
     return issued.by_content.get(content, content)
 
@@ -140,5 +148,7 @@ def completion(raw: str, turn: ParsedTurn, calls: list[dict[str, Any]], finish_r
     }
 
 
-def error_body(message: str, kind: str = "invalid_request_error", code: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+def error_body(message: str, kind: str = "invalid_request_error", code: str | None = None,
+               param: str | None = None) -> dict[str, Any]:
+    """OpenAI's error shape: ``{"error": {"message", "type", "param", "code"}}``."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}

@@ -1,13 +1,19 @@
 """Fixtures of the gateway tests: the real SmolLM2 tokenizer, a tiny random Llama behind the real transformers
-engine, and a scripted engine (fixed answers, real token ids) for the round trips whose text must be known."""
+engine, a scripted engine (fixed answers, real token ids) for the round trips whose text must be known, and
+``serve``: a real ``EpisodeGateway`` on 127.0.0.1 answering with the scripted engine, and ``openai_client``: the
+official client pointed at one."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
 
-from agentr1_core.rollout.base import Generation
+from agentr1_core.mdp import Action
+from agentr1_core.rollout.base import Generation, SamplingParams
+from agentr1_core.tool_formats import HermesFormat
+from agentr1_gateway.server import EpisodeGateway
 
 AGENTS = Path(__file__).with_name("agents.py")
 
@@ -19,9 +25,9 @@ def agent(name: str) -> str:
 
 @pytest.fixture(scope="session")
 def tokenizer():
-    from agentr1_core.models import load_model_and_tokenizer
+    from agentr1_core.models import load_tokenizer
 
-    return load_model_and_tokenizer("smollm2-135m-instruct")[1]
+    return load_tokenizer("smollm2-135m-instruct")
 
 
 @pytest.fixture(scope="session")
@@ -50,3 +56,42 @@ class ScriptedEngine:
 @pytest.fixture
 def scripted(tokenizer):
     return lambda answers: ScriptedEngine(tokenizer, answers)
+
+
+@contextlib.asynccontextmanager
+async def serving(tokenizer, answers=("ok",), **gateway_kw):
+    """A started gateway whose model answers with ``answers`` in turn; closed on exit. ``gateway.engine`` holds
+    the prompts it was given."""
+    engine = ScriptedEngine(tokenizer, answers)
+
+    async def respond(prompt_ids, sampling):
+        gen = await engine.generate(prompt_ids, sampling)
+        return Action(gen.text, list(gen.token_ids), list(gen.logprobs), finish_reason=gen.finish_reason)
+
+    gateway_kw.setdefault("sampling", SamplingParams(max_new_tokens=16))
+    gateway = EpisodeGateway(respond=respond, tokenizer=tokenizer, tool_format=HermesFormat(), **gateway_kw)
+    gateway.engine = engine
+    await gateway.start()
+    try:
+        yield gateway
+    finally:
+        await gateway.close()
+
+
+@pytest.fixture
+def serve(tokenizer):
+    """``async with serve(answers, **gateway_kw) as gateway``: see ``serving`` (``tokenizer=`` replaces the
+    SmolLM2 tokenizer)."""
+    return lambda answers=("ok",), **kw: serving(kw.pop("tokenizer", tokenizer), answers, **kw)
+
+
+@pytest.fixture
+def openai_client():
+    """``openai_client(gateway)``: the official client, as the flow builds it, pointed at ``gateway``."""
+    import openai
+
+    def make(gateway):
+        return openai.OpenAI(base_url=gateway.base_url, api_key=gateway.key, max_retries=0,
+                             http_client=openai.DefaultHttpxClient(trust_env=False))
+
+    return make
