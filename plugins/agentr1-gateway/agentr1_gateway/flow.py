@@ -1,21 +1,29 @@
 """``openai_agent``: train an agent written against the OpenAI client, unchanged. Each completion call is one step.
 
 For every row the flow starts an ``EpisodeGateway`` (its own port on 127.0.0.1 and its own key), then runs the user's
-function ``agent(task, client)`` in a thread of its own, with ``client`` an ``openai.OpenAI`` already pointed at the
-gateway. ``task`` is the dataset row without its answer (``reward_model``) and demonstrations (``expert_actions``).
-A function that also takes ``endpoint`` gets ``Endpoint(base_url, api_key, model)``, for clients other than
-``openai``. The recorded calls become the episode's steps in arrival order, each with exactly the prompt ids the
-engine saw and the response ids and log-probs it returned.
+function ``agent(task, client)`` in a thread of its own (``isolation: thread``, the default) or a process of its own
+(``isolation: process``), with ``client`` an ``openai.OpenAI`` already pointed at the gateway. ``task`` is the
+dataset row without its answer (``reward_model``) and demonstrations (``expert_actions``). A function that also takes
+``endpoint`` gets ``Endpoint(base_url, api_key, model)``, for clients other than ``openai``. The recorded calls become
+the episode's steps in arrival order, each with exactly the prompt ids the engine saw and the response ids and
+log-probs it returned.
 
 What the function returns: a number (the episode's reward when the config has no reward function; recorded as the
 metric ``agent_reward`` either way), a string (the answer, ``traj.info["answer"]``, which ``answer_match`` reads), a
 dict with ``reward``, ``answer`` and ``metrics``, or None.
 
 How an episode ends: ``done`` when the function returns after at least one call; ``max_turns`` when it called more
-than ``rollout.max_turns`` times; ``context_limit`` when a prompt was over ``rollout.max_prompt_tokens``;
-``engine_error`` when generation failed; ``env_error`` when the function raised, spent more than ``timeout`` seconds
-of its own (time its calls wait for the model does not count; the thread is left to finish on its own and its later
-calls are refused), or returned without calling the model. The agent sees each refusal as an OpenAI error (``openai.BadRequestError``, ``RateLimitError``, ...).
+than ``rollout.max_turns`` times; ``context_limit`` when a prompt was over ``rollout.max_prompt_tokens`` (or its body
+over the gateway's size cap); ``engine_error`` when generation failed; ``env_error`` when the function raised, spent
+more than ``timeout`` seconds of its own (time its calls spend in the gateway does not count), or returned without
+calling the model. The agent sees each refusal as an OpenAI error (``openai.BadRequestError``, ``RateLimitError``,
+...).
+
+When the episode ends, whatever the reason, its endpoint closes and the agent's client raises ``EpisodeEnded`` (a
+``BaseException``) at its next model call, so an agent that loops past its timeout stops there. In a thread, an
+agent past its timeout is also interrupted at its next Python bytecode; one stuck in a long C call runs on unobserved
+in its daemon thread, which the run never waits for. In a process, it is killed. ``agentr1_gateway.agent_runner``
+has the details.
 
 Warm-start SFT (``policy = "expert"``): the gateway answers the i-th call with the row's i-th ``expert_actions``
 text instead of sampling, so the same agent code produces the demonstration episodes.
@@ -24,60 +32,24 @@ text instead of sampling, so the same agent code produces the demonstration epis
 from __future__ import annotations
 
 import asyncio
-import importlib
-import importlib.util
-import inspect
-import sys
+import threading
 import time
 import traceback
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Callable
+from functools import partial
+from typing import Any
 
 from agentr1_core.flows import AgentFlowBase, FlowContext
 from agentr1_core.mdp import Action, Step, Trajectory
 from agentr1_core.rollout.base import SamplingParams
-from agentr1_core.tools import in_daemon_thread
+from agentr1_gateway.agent_runner import AgentFailed, AgentProcess, AgentThread, Endpoint, call_agent, load_agent
 from agentr1_gateway.server import EpisodeGateway
 
+__all__ = ["Endpoint", "OpenAIAgentFlow", "load_agent"]
+
 HIDDEN_FROM_AGENT = ("reward_model", "expert_actions")
-MODEL_CALL_TIMEOUT = 3600.0  # seconds the client waits for one completion (a batch of long generations on a CPU)
-ENDINGS = {"max_turns": "max_turns", "context_length_exceeded": "context_limit", "generation_failed": "engine_error"}
-
-
-@dataclass
-class Endpoint:
-    base_url: str
-    api_key: str
-    model: str
-
-
-def load_agent(spec: str) -> Callable[..., Any]:
-    """``package.module:function`` or ``path/to/file.py:function``."""
-    target, sep, name = spec.rpartition(":")
-    if not sep or not target or not name:
-        raise ValueError(f"agent must look like 'package.module:function' or 'file.py:function', got {spec!r}")
-    if target.endswith(".py"):
-        path = Path(target).expanduser()
-        if not path.is_file():
-            raise ValueError(f"agent file not found: {path}")
-        module_name = f"agentr1_user_agent_{abs(hash(str(path.resolve())))}"
-        module = sys.modules.get(module_name)
-        if module is None:
-            loaded = importlib.util.spec_from_file_location(module_name, path)
-            assert loaded is not None and loaded.loader is not None
-            module = importlib.util.module_from_spec(loaded)
-            sys.modules[module_name] = module
-            loaded.loader.exec_module(module)
-    else:
-        try:
-            module = importlib.import_module(target)
-        except ImportError as exc:
-            raise ValueError(f"cannot import the agent's module {target!r}: {exc}") from exc
-    fn = getattr(module, name, None)
-    if not callable(fn):
-        raise ValueError(f"{target} has no function {name!r}")
-    return fn
+ENDINGS = {"max_turns": "max_turns", "context_length_exceeded": "context_limit", "request_too_large": "context_limit",
+           "generation_failed": "engine_error"}
+ISOLATIONS = ("thread", "process")
 
 
 class _ExpertReplies:
@@ -119,13 +91,18 @@ def _news(before: Any, after: Any) -> str:
 
 class OpenAIAgentFlow(AgentFlowBase):
     def __init__(self, ctx: FlowContext, agent: str, timeout: float = 300.0, tool_format: str = "hermes",
-                 model_name: str = "agentr1-policy", agent_params: dict[str, Any] | None = None) -> None:
+                 model_name: str = "agentr1-policy", agent_params: dict[str, Any] | None = None,
+                 isolation: str = "thread") -> None:
         super().__init__(ctx)
         if timeout <= 0:
             raise ValueError(f"timeout must be positive, got {timeout}")
+        if isolation not in ISOLATIONS:
+            raise ValueError(f"isolation must be one of {', '.join(ISOLATIONS)}, got {isolation!r}")
         from agentr1_core.plugins import get_registry
 
+        self.agent_spec = agent
         self.agent = load_agent(agent)
+        self.isolation = isolation
         self.timeout = float(timeout)
         self.tool_format = get_registry().build("tool_format", tool_format, where="agent_flow.tool_format")
         self.model_name = model_name
@@ -137,19 +114,6 @@ class OpenAIAgentFlow(AgentFlowBase):
         gen = await self.ctx.engine.generate(prompt_ids, sampling)
         return Action(gen.text, list(gen.token_ids), list(gen.logprobs), finish_reason=gen.finish_reason)
 
-    def _call_agent(self, task: dict[str, Any], base_url: str, key: str) -> Any:
-        import openai
-
-        client = openai.OpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=MODEL_CALL_TIMEOUT,
-                               http_client=openai.DefaultHttpxClient(trust_env=False))
-        kwargs = dict(self.agent_params)
-        if "endpoint" in inspect.signature(self.agent).parameters:
-            kwargs["endpoint"] = Endpoint(base_url, key, self.model_name)
-        try:
-            return self.agent(task, client, **kwargs)
-        finally:
-            client.close()
-
     async def run(self, row: dict[str, Any]) -> Trajectory:
         traj = Trajectory(data_source=str(row.get("data_source", "default")))
         expert = _ExpertReplies(row) if self.ctx.policy == "expert" else None
@@ -160,14 +124,24 @@ class OpenAIAgentFlow(AgentFlowBase):
         task = {k: v for k, v in row.items() if k not in HIDDEN_FROM_AGENT}
         value, error = None, None
         base_url = await gateway.start()
+        ended = threading.Event()  # set when the episode ends: the agent's client refuses every later call
+        if self.isolation == "process":
+            runner: AgentThread | AgentProcess = AgentProcess(self.agent_spec, task, base_url, gateway.key,
+                                                              self.model_name, self.agent_params)
+        else:
+            runner = AgentThread(partial(call_agent, self.agent, task, base_url, gateway.key, self.model_name,
+                                         self.agent_params, ended))
         try:
-            running = in_daemon_thread(lambda: self._call_agent(task, base_url, gateway.key), "agentr1-openai-agent")
-            value = await _wait_for_agent(running, gateway, self.timeout)
+            value = await _wait_for_agent(await runner.start(), gateway, self.timeout)
         except asyncio.TimeoutError:
             error = f"TimeoutError: the agent did not return within {self.timeout:g}s"
+        except AgentFailed as exc:
+            error = str(exc)
         except Exception:
             error = traceback.format_exc()
         finally:
+            ended.set()
+            await runner.stop()
             await gateway.close()
         calls = sorted(gateway.calls, key=lambda c: c.index)
         for i, call in enumerate(calls):

@@ -1,7 +1,11 @@
 """Agent functions the gateway tests run: ordinary OpenAI-client code, some of it misbehaving on purpose."""
 
+import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+
+THREADS = {}  # task prompt -> the thread an agent ran in (for the tests that check it ended)
 
 
 def ask(task, client):
@@ -60,3 +64,40 @@ def returns_reward(task, client):
 def sees_the_task(task, client):
     client.chat.completions.create(model="m", messages=[{"role": "user", "content": task["prompt"]}])
     return ",".join(sorted(task))
+
+
+def retries_past_its_timeout(task, client):
+    """A retrying agent: it retries every error, spends its own time between calls, and even swallows an interrupt
+    while it waits."""
+    THREADS[task["prompt"]] = threading.current_thread()
+    while True:
+        try:
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": task["prompt"]}])
+        except Exception:
+            pass
+        try:
+            time.sleep(0.2)
+        except BaseException:
+            pass
+
+
+def spins_after_one_call(task, client):
+    """One call, then a pure-Python loop that never calls again."""
+    THREADS[task["prompt"]] = threading.current_thread()
+    if task.get("pid_file"):
+        with open(task["pid_file"], "w") as out:
+            out.write(str(os.getpid()))
+    client.chat.completions.create(model="m", messages=[{"role": "user", "content": task["prompt"]}])
+    count = 0
+    while True:
+        count += 1
+
+
+def stuck_in_c_after_one_call(task, client):
+    """One call, then waits in C (time.sleep) forever, swallowing every interrupt: nothing in a thread stops it."""
+    client.chat.completions.create(model="m", messages=[{"role": "user", "content": task["prompt"]}])
+    while True:
+        try:
+            time.sleep(3600)
+        except BaseException:
+            pass
