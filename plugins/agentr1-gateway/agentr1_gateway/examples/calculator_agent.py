@@ -1,9 +1,16 @@
-"""The calculator task as an ordinary OpenAI-client agent: it knows nothing of agentr1 and would run against any
-OpenAI-compatible server. ``agent(task, client)`` answers ``task["prompt"]`` with the help of a Python tool."""
+"""The calculator task as an ordinary OpenAI-client agent: apart from its calculator, it knows nothing of agentr1 and
+would run against any OpenAI-compatible server. ``agent(task, client)`` answers ``task["prompt"]`` with the help of
+a Python tool.
 
-import ast
+The tool is the core's safe evaluator (``agentr1_core.builtin.calculator``): no ``eval``, exponents and every
+intermediate result capped, so a model's ``(((9**64)**64)**64)**64`` is refused at once instead of holding the
+interpreter, and its results are written exactly as the native ``tool_env`` writes them. Copy an evaluator with such
+caps when you lift this agent out of agentr1.
+"""
+
 import json
-import operator
+
+from agentr1_core.builtin.calculator import CalculatorError, evaluate, format_number
 
 SYSTEM = ("Solve the user's arithmetic problem. First call the calculator tool with the expression, then reply with "
           "only the result as <answer>NUMBER</answer>.")
@@ -12,29 +19,14 @@ TOOLS = [{"type": "function", "function": {
     "parameters": {"type": "object", "properties": {"expression": {"type": "string",
                                                                    "description": "for example (12 + 3) * 4"}},
                    "required": ["expression"]}}}]
-OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-       ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.USub: operator.neg, ast.UAdd: operator.pos}
 
 
 def calculate(expression: str) -> str:
-    def value(node):
-        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
-            return node.value
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
-            base, power = value(node.left), value(node.right)
-            if abs(power) > 64:
-                raise ValueError("exponent too large")
-            return base ** power
-        if isinstance(node, ast.BinOp) and type(node.op) in OPS:
-            return OPS[type(node.op)](value(node.left), value(node.right))
-        if isinstance(node, ast.UnaryOp) and type(node.op) in OPS:
-            return OPS[type(node.op)](value(node.operand))
-        raise ValueError("unsupported expression")
+    """The tool's answer: the value, or ``Error: ...`` (what the model sees either way)."""
     try:
-        result = value(ast.parse(expression, mode="eval").body)
-    except (SyntaxError, ValueError, ZeroDivisionError) as exc:
+        return format_number(evaluate(expression))
+    except (CalculatorError, ArithmeticError) as exc:  # ArithmeticError: a float power that overflows
         return f"Error: {exc}"
-    return str(int(result)) if float(result).is_integer() else f"{result:.10g}"
 
 
 def agent(task, client, max_calls=3):
@@ -46,6 +38,7 @@ def agent(task, client, max_calls=3):
         messages.append(reply.model_dump(exclude_none=True))
         for call in reply.tool_calls:
             args = json.loads(call.function.arguments)
-            result = calculate(str(args.get("expression", ""))) if call.function.name == "calculator" else "unknown tool"
+            expression = str(args.get("expression", "")) if isinstance(args, dict) else ""
+            result = calculate(expression) if call.function.name == "calculator" else "unknown tool"
             messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
     return None
