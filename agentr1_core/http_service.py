@@ -3,8 +3,8 @@
 Routes map ``(method, path)`` to a handler ``handler(request) -> (status, payload)``; ``payload`` is a JSON-able
 value, or a ``Page`` (bytes with a content type). A path ending in ``*`` matches every path with that prefix
 (``("GET", "/paper/*")``). ``pages`` are static GET pages. ``make_server`` binds to 127.0.0.1 by default;
-``start()`` serves in a background thread (tests), ``serve_forever()`` in the caller's thread until ``shutdown()``
-or Ctrl-C, and closes the listening socket when it returns.
+``start()`` serves in a background thread (tests), ``serve_forever()`` until ``shutdown()`` or, called from the main
+thread (the commands), until Ctrl-C or SIGTERM; both close the listening socket when they stop.
 
 What every service gets (``Limits``):
 
@@ -14,7 +14,8 @@ What every service gets (``Limits``):
   loses its connection after ``read_timeout_s`` and frees its thread;
 - a body only with a valid ``Content-Length`` (a missing one on POST/PUT/PATCH: 411; negative, not a number or
   chunked: 400/411; over ``max_body_bytes``: 413);
-- JSON bodies parsed strictly: one object, UTF-8, no NaN/Infinity, nesting at most ``max_json_depth`` deep;
+- JSON bodies parsed strictly: one object, UTF-8, no NaN/Infinity (nor 1e400), nesting at most ``max_json_depth``
+  deep;
 - a JSON error body ``{"error": {"message": ..., "type": ...}}`` for every refused request (404 unknown path,
   405 wrong method, 400 bad JSON, ...) and ``500`` for a handler that raised (the server keeps serving); a handler
   answers an error itself by raising ``HttpError``.
@@ -28,6 +29,8 @@ from __future__ import annotations
 import io
 import json
 import logging
+import math
+import signal
 import socket
 import threading
 import time
@@ -39,6 +42,7 @@ from urllib.parse import parse_qs, urlsplit
 
 LOOPBACK = "127.0.0.1"
 BODY_METHODS = ("POST", "PUT", "PATCH")
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 ERROR_TYPES = {400: "invalid_request", 404: "not_found", 405: "method_not_allowed", 408: "request_timeout",
                411: "length_required", 413: "body_too_large", 500: "internal_error", 501: "not_implemented"}
 log = logging.getLogger(__name__)
@@ -94,6 +98,13 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is out of range")
+    return value
+
+
 def _nesting_depth(value: Any) -> int:
     """How deep lists and objects nest in a parsed JSON value (``[]`` is 1, ``[[1]]`` is 2), without recursion."""
     deepest, pending = 0, [(value, 1)]
@@ -113,7 +124,7 @@ def parse_json_object(raw: bytes, max_depth: int = Limits.max_json_depth) -> dic
         raise HttpError(400, "the body is not UTF-8") from None
     too_deep = HttpError(400, f"the JSON body nests deeper than {max_depth} levels")
     try:
-        value = json.loads(text, parse_constant=_reject_constant)
+        value = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
     except RecursionError:  # the parser's own stack ran out: far deeper than any limit
         raise too_deep from None
     except ValueError as exc:  # JSONDecodeError is a ValueError
@@ -308,11 +319,28 @@ class LoopbackHttpServer(ThreadingHTTPServer):
         log.debug("connection from %s failed", client_address, exc_info=True)
 
     def serve_forever(self, poll_interval: float = 0.5) -> None:
-        """Serve until ``shutdown()`` or Ctrl-C, then close the listening socket."""
+        """Serve until ``shutdown()``, and in the main thread also until Ctrl-C or SIGTERM; then close the socket.
+
+        In the main thread the loop runs in a second thread and the signals only set a flag: a ``KeyboardInterrupt``
+        raised inside the loop's hand-off of a connection to its thread can leave a lock of ``threading`` held, and
+        the process would hang instead of exiting."""
+        if threading.current_thread() is not threading.main_thread():
+            self._serve(poll_interval)
+            return
+        received: list[int] = []
+        previous = {sig: signal.signal(sig, lambda signum, frame: received.append(signum)) for sig in STOP_SIGNALS}
+        try:
+            self.start()
+            while not received and self._thread is not None and self._thread.is_alive():
+                time.sleep(0.1)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+            self.stop()
+
+    def _serve(self, poll_interval: float) -> None:
         try:
             super().serve_forever(poll_interval)
-        except KeyboardInterrupt:
-            pass
         finally:
             self.server_close()
 
@@ -322,7 +350,7 @@ class LoopbackHttpServer(ThreadingHTTPServer):
 
     def start(self) -> LoopbackHttpServer:
         """Serve in a daemon thread; ``stop()`` (or leaving a ``with`` block) ends it."""
-        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True,
+        self._thread = threading.Thread(target=self._serve, args=(0.05,), daemon=True,
                                         name=f"http-service-{self.server_address[1]}")
         self._thread.start()
         return self
