@@ -5,9 +5,11 @@ It speaks the S2 Graph API shape (``/paper/search``, ``/paper/{id}``, ``/paper/{
 serving any local service. Standard library only (``urllib.request``).
 
 What it does: one timeout per request; bounded retries with exponential backoff on 429, 5xx, timeouts and
-connection errors; a semaphore bounding the requests in flight across threads; an ``x-api-key`` header when a key
-is given; ``None`` / ``[]`` for an unknown paper (404). Every other failure is a ``ServiceError`` of one line that
-names the URL and the cause. Papers without an id or a title are skipped.
+connection errors (refused, reset, closed before the answer), never on another 4xx; a ``limit`` within the API's
+caps (100 papers a search, 1,000 citations or references); a semaphore bounding the requests in flight across
+threads; an ``x-api-key`` header when a key is given; ``None`` / ``[]`` for an unknown paper (404). Every other
+failure is a ``ServiceError`` of one line that names the URL and the cause. Papers without an id or a title are
+skipped.
 
 What it does not do: cache answers, page past the first page of results, honour ``Retry-After``, or fill
 ``Paper.references`` / ``Paper.citations`` (use ``neighbours`` for those).
@@ -29,6 +31,8 @@ from agentr1_tools_papers.papers import DIRECTIONS, Paper, ServiceError
 
 ENV_VAR = "AGENTR1_PAPER_SERVICE"
 FIELDS = "title,year,abstract"
+MAX_SEARCH_LIMIT = 100  # what S2 (and agentr1_tools_papers.server) accept as one search's limit
+MAX_NEIGHBOUR_LIMIT = 1000  # and as one citations or references page's limit
 MAX_RESPONSE_BYTES = 32 * 1024 * 1024
 _NEIGHBOUR_KEY = {"citations": "citingPaper", "references": "citedPaper"}
 
@@ -93,7 +97,7 @@ class HttpPaperService:
     def search(self, query: str, k: int, year_max: int | None = None) -> list[Paper]:
         if k < 1 or not query.strip():
             return []
-        params: dict[str, Any] = {"query": query, "limit": k, "fields": FIELDS}
+        params: dict[str, Any] = {"query": query, "limit": min(k, MAX_SEARCH_LIMIT), "fields": FIELDS}
         if year_max is not None:
             params["year"] = f"-{int(year_max)}"
         url = self._url("paper/search", params)
@@ -113,7 +117,8 @@ class HttpPaperService:
             raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
         if k < 1:
             return []
-        url = self._url(f"paper/{self._quote_id(paper_id)}/{direction}", {"fields": FIELDS, "limit": k})
+        url = self._url(f"paper/{self._quote_id(paper_id)}/{direction}",
+                        {"fields": FIELDS, "limit": min(k, MAX_NEIGHBOUR_LIMIT)})
         return self._papers(self._get(url), url, key=_NEIGHBOUR_KEY[direction])[:k]
 
     def check(self) -> None:

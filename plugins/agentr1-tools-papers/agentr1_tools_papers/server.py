@@ -9,19 +9,23 @@ Several training processes can then share one loaded offline index through ``Htt
   and ``/references`` answers ``{"offset": 0, "data": [{"citedPaper": paper}...]}``.
 
 A paper object always has ``paperId`` and the requested ``fields`` among title, year and abstract (title alone when
-``fields`` is absent). Unknown ids and routes answer 404, a missing query or a bad parameter 400, a ``ServiceError``
-of the served service 502. Only the ``year=-YYYY`` form (an upper bound) of S2's year filter is understood. Standard
-library only (a threading HTTP server); it binds to loopback by default and has no authentication, so do not expose
-it beyond the machine.
+``fields`` is absent). Unknown ids and routes answer 404, a missing query or a bad parameter 400 (``query``: 1 to
+2,000 characters, not blank; ``limit``: an integer from 1 to 100 for a search, to 1,000 for citations and
+references, as S2 allows), a ``ServiceError`` of the served service 502, every error with a JSON body
+``{"error": {"message", "type"}}``. Only the ``year=-YYYY`` form (an upper bound) of S2's year filter is understood.
+
+The serve loop is the core's (``agentr1_core.http_service``: a 10-second deadline to send a whole request, 32
+requests handled at once, a listen backlog of 128, GET only). It binds to loopback by default and has no
+authentication, so do not expose it beyond the machine.
 """
 
 from __future__ import annotations
 
-import json
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import socketserver
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import unquote
 
+from agentr1_core.http_service import HttpError, Limits, LoopbackHttpServer, Request, make_server as make_http_server
 from agentr1_tools_papers.papers import DIRECTIONS, Paper, PaperService, ServiceError
 
 KNOWN_FIELDS = ("title", "year", "abstract")
@@ -29,12 +33,6 @@ MAX_SEARCH_LIMIT = 100
 MAX_NEIGHBOUR_LIMIT = 1000
 MAX_QUERY_CHARS = 2000
 _NEIGHBOUR_KEY = {"citations": "citingPaper", "references": "citedPaper"}
-
-
-class _BadRequest(Exception):
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def _fields(params: dict[str, list[str]]) -> list[str]:
@@ -50,41 +48,40 @@ def _paper_obj(paper: Paper, fields: list[str]) -> dict[str, Any]:
 
 
 def _limit(params: dict[str, list[str]], default: int, most: int) -> int:
-    raw = params.get("limit", [str(default)])[0]
-    try:
-        return max(1, min(int(raw), most))
-    except ValueError:
-        raise _BadRequest(400, f"limit must be an integer, got {raw!r}") from None
+    raw = params.get("limit", [str(default)])[0].strip()
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 9 and 1 <= int(raw) <= most):
+        raise HttpError(400, f"limit must be an integer from 1 to {most}, got {raw[:40]!r}")
+    return int(raw)
 
 
 def _year_max(params: dict[str, list[str]]) -> int | None:
     raw = params.get("year", [""])[0].strip()
     if not raw:
         return None
-    if raw.startswith("-") and raw[1:].isdigit():
+    if raw.startswith("-") and raw[1:].isascii() and raw[1:].isdigit() and len(raw) <= 6:
         return int(raw[1:])
-    raise _BadRequest(400, f"year must be -YYYY (papers up to that year), got {raw!r}")
+    raise HttpError(400, f"year must be -YYYY (papers up to that year), got {raw!r}")
 
 
 def _answer(service: PaperService, path: str, params: dict[str, list[str]]) -> dict[str, Any]:
-    """The JSON answer for one GET; ``_BadRequest`` for 4xx."""
+    """The JSON answer for one GET; ``HttpError`` for 4xx."""
     parts = [unquote(p) for p in path.strip("/").split("/")]
     if len(parts) < 2 or parts[0] != "paper" or not parts[1]:
-        raise _BadRequest(404, f"unknown path {path}; use /paper/search, /paper/{{id}}, /paper/{{id}}/citations "
-                               "or /paper/{id}/references")
+        raise HttpError(404, f"unknown path {path}; use /paper/search, /paper/{{id}}, /paper/{{id}}/citations "
+                             "or /paper/{id}/references")
     fields = _fields(params)
     if parts[1:] == ["search"]:
         query = params.get("query", [""])[0]
         if not query.strip() or len(query) > MAX_QUERY_CHARS:
-            raise _BadRequest(400, f"query must be 1..{MAX_QUERY_CHARS} characters")
+            raise HttpError(400, f"query must be 1..{MAX_QUERY_CHARS} characters, not blank, got {len(query)}")
         found = service.search(query, _limit(params, 10, MAX_SEARCH_LIMIT), _year_max(params))
         return {"total": len(found), "offset": 0, "data": [_paper_obj(p, fields) for p in found]}
     paper_id = parts[1]
     if len(parts) > 3 or (len(parts) == 3 and parts[2] not in DIRECTIONS):
-        raise _BadRequest(404, f"unknown path {path}")
+        raise HttpError(404, f"unknown path {path}")
     paper = service.paper(paper_id)
     if paper is None:
-        raise _BadRequest(404, f"Paper with id {paper_id} not found")
+        raise HttpError(404, f"Paper with id {paper_id} not found")
     if len(parts) == 2:
         return _paper_obj(paper, fields)
     direction = parts[2]
@@ -93,44 +90,23 @@ def _answer(service: PaperService, path: str, params: dict[str, list[str]]) -> d
     return {"offset": 0, "data": [{key: _paper_obj(p, fields)} for p in found]}
 
 
-def make_handler(service: PaperService) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def _send(self, code: int, payload: dict[str, Any]) -> None:
-            body = json.dumps(payload, ensure_ascii=False).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+def make_routes(service: PaperService) -> dict[tuple[str, str], Any]:
+    def answer(request: Request) -> tuple[int, dict[str, Any]]:
+        try:
+            return 200, _answer(service, request.path, request.query)
+        except ServiceError as exc:
+            raise HttpError(502, str(exc), "service_error") from None
 
-        def do_GET(self) -> None:  # noqa: N802 (http.server naming)
-            url = urlsplit(self.path)
-            try:
-                payload = _answer(service, url.path, parse_qs(url.query, keep_blank_values=True))
-            except _BadRequest as exc:
-                self._send(exc.code, {"error": str(exc)})
-            except ServiceError as exc:
-                self._send(502, {"error": str(exc)})
-            except Exception as exc:  # a bug in the served service must not hang the client
-                self._send(500, {"error": f"{type(exc).__name__}: {exc}"})
-            else:
-                self._send(200, payload)
-
-        def log_message(self, format: str, *args: Any) -> None:  # quiet by default
-            return None
-
-    return Handler
+    return {("GET", "/paper/*"): answer}
 
 
-def make_server(service: PaperService, host: str = "127.0.0.1", port: int = 0) -> ThreadingHTTPServer:
+def make_server(service: PaperService, host: str = "127.0.0.1", port: int = 0) -> LoopbackHttpServer:
     """A server for ``service`` bound to ``host:port`` (port 0: any free port; see ``server.server_address``)."""
-    server = ThreadingHTTPServer((host, port), make_handler(service))
-    server.daemon_threads = True
-    return server
+    return make_http_server(make_routes(service), host=host, port=port, limits=Limits(max_body_bytes=64 * 1024))
 
 
-def server_url(server: ThreadingHTTPServer) -> str:
-    """The base URL to give ``HttpPaperService`` for ``server``."""
+def server_url(server: socketserver.TCPServer) -> str:
+    """The base URL to give ``HttpPaperService`` for ``server`` (this module's or any other TCP server)."""
     host, port = server.server_address[:2]
     host = host.decode() if isinstance(host, bytes) else host
     return f"http://{f'[{host}]' if ':' in host else host}:{port}"
@@ -141,10 +117,5 @@ def serve(service: PaperService, host: str = "127.0.0.1", port: int = 8000) -> N
     server = make_server(service, host, port)
     source = getattr(service, "corpus", "")
     what = f"{type(service).__name__}{f' of {source}' if source else ''}"
-    print(f"serving {what} at {server_url(server)} (set AGENTR1_PAPER_SERVICE to this URL)", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
+    print(f"serving {what} at {server.url} (set AGENTR1_PAPER_SERVICE to this URL)", flush=True)
+    server.serve_forever()

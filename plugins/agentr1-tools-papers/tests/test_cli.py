@@ -1,10 +1,23 @@
 """The distribution through its installed entry points: the configs and components it registers, the ``papers``
-command, and a run whose paper service is unreachable (it stops before the model loads)."""
+command, a run whose paper service is unreachable (it stops before the model loads), and ``papers serve`` until
+Ctrl-C."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import signal
 import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from agentr1_tools_papers.http_service import HttpPaperService
 
 
 def test_configs_and_components_come_from_the_installed_distribution(cli, tmp_path):
@@ -34,3 +47,24 @@ def test_an_unreachable_paper_service_stops_the_run_before_the_model_loads(cli, 
     assert out.returncode == 2
     assert len(out.stderr.strip().splitlines()) == 1 and url in out.stderr and "unreachable" in out.stderr
     assert "[setup] model" not in out.stdout and not (tmp_path / "run").exists()
+
+
+def test_papers_serve_answers_until_ctrl_c(small_corpus, tmp_path):
+    exe = shutil.which("agentr1-core", path=str(Path(sys.executable).parent)) or "agentr1-core"
+    proc = subprocess.Popen([exe, "papers", "serve", "--corpus", str(small_corpus), "--port", "0"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        line = proc.stdout.readline()
+        assert " at http://127.0.0.1:" in line, line + proc.stderr.read()
+        url = line.split(" at ")[1].split()[0]
+        assert HttpPaperService(url, timeout=10.0).paper("p1").title
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"{url}/paper/search?query=x&limit=Infinity", timeout=10)
+        assert refused.value.code == 400
+        assert "limit must be an integer from 1 to 100" in json.loads(refused.value.read())["error"]["message"]
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        proc.kill()
+        proc.wait()

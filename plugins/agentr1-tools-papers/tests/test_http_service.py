@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+import struct
 import threading
 import time
 import urllib.error
@@ -176,7 +177,39 @@ def test_server_answers_502_for_a_service_error():
 
     with running(make_server(Broken())) as base:
         code, body = raw_get(f"{base}/paper/search?query=x")
-    assert code == 502 and "upstream is down" in body["error"]
+    assert code == 502 and body == {"error": {"message": "upstream is down", "type": "service_error"}}
+
+
+@pytest.mark.parametrize("path, name", [
+    *[(f"/paper/search?query=x&limit={limit}", "limit")
+      for limit in ("Infinity", "NaN", "1.5", "0", "-3", "101", "1_0", "%D9%A3", "9" * 5000)],
+    ("/paper/p1/citations?limit=1001", "limit"), ("/paper/p1/references?limit=0", "limit"),
+    ("/paper/search?limit=3", "query"), ("/paper/search?query=%20", "query"),
+    ("/paper/search?query=" + "x" * 2001, "query"),
+])
+def test_bad_parameters_get_400_naming_the_parameter(url, path, name):
+    code, body = raw_get(url + path)
+    assert code == 400 and body["error"]["type"] == "invalid_request" and name in body["error"]["message"], body
+
+
+@pytest.mark.parametrize("request_bytes, status, words", [
+    (b"GET /paper/search?query=x HTTP/1.1\r\nContent-Length: -1\r\n\r\n", 400, "Content-Length"),
+    (b"GET /paper/search?query=x HTTP/1.1\r\nContent-Length: abc\r\n\r\n", 400, "Content-Length"),
+    (b"GET /paper/search?query=x HTTP/1.1\r\nContent-Length: 999999999\r\n\r\n", 413, "over"),
+    (b"POST /paper/search HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}", 405, "use GET"),
+    (b"GET /nothing/here HTTP/1.1\r\n\r\n", 404, "/nothing/here"),
+])
+def test_malformed_requests_get_a_json_error_and_the_server_keeps_serving(url, request_bytes, status, words):
+    port = int(url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:  # the old server hung on some
+        sock.sendall(request_bytes)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    error = json.loads(body)["error"]
+    assert int(head.split()[1]) == status and isinstance(error["type"], str) and words in error["message"], answer
+    assert raw_get(f"{url}/paper/p1")[0] == 200
 
 
 def test_odd_ids_round_trip_through_client_and_server():
@@ -316,6 +349,36 @@ def test_a_paper_that_is_not_an_object_raises():
     with endpoint(lambda h, n: ok([{"paperId": "p1", "title": "T"}])) as (base, _):
         with pytest.raises(ServiceError, match="paper object"):
             HttpPaperService(base, **FAST).paper("p1")
+
+
+def test_a_reset_connection_is_retried(index):
+    server = make_server(index)
+    connections = []
+    serve = server.process_request
+
+    def reset_the_first(request: socket.socket, client_address: Any) -> None:
+        connections.append(client_address)
+        if len(connections) == 1:
+            request.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close = RST
+            request.close()
+            return
+        serve(request, client_address)
+
+    server.process_request = reset_the_first  # type: ignore[method-assign]
+    with running(server) as base:
+        found = HttpPaperService(base, **FAST).search("policy optimization", 5)
+    assert [p.id for p in found] == [p.id for p in index.search("policy optimization", 5)]
+    assert len(connections) == 2
+
+
+def test_the_client_asks_at_most_the_caps_of_the_api(url, index):
+    with endpoint(lambda h, n: ok({"data": []})) as (base, hits):
+        client = HttpPaperService(base, **FAST)
+        client.search("x", 500)
+        client.neighbours("p1", "citations", 5000)
+    assert [urllib.parse.parse_qs(urllib.parse.urlsplit(h).query)["limit"] for h in hits] == [["100"], ["1000"]]
+    assert len(HttpPaperService(url, **FAST).search("language models", 500)) == len(index.search("language models",
+                                                                                                100))
 
 
 def test_refused_connection_raises_naming_the_url():
