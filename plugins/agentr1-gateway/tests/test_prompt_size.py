@@ -133,3 +133,29 @@ def test_the_bound_widens_for_composing_normalisers_and_is_dropped_where_charact
     assert len(dropping(" " * 100_000 + "a", add_special_tokens=False)["input_ids"]) == 1  # 100,001 characters
     assert most_chars_per_token(dropping) is None and char_limit(dropping, 4096) is None
     assert char_limit(tokenizer, 4096) == 4096 * 81
+
+
+def test_a_call_still_being_tokenised_when_its_episode_ends_never_reaches_the_model(serve, tokenizer, openai_client):
+    watched = WatchedTokenizer(tokenizer, long=20_000)
+
+    async def go():
+        async with serve(tokenizer=watched, max_prompt_tokens=100_000) as gateway:
+            client = openai_client(gateway)
+            try:
+                call = asyncio.ensure_future(asyncio.to_thread(
+                    client.chat.completions.create, model="m", messages=[{"role": "user", "content": "a " * 20_000}]))
+                await asyncio.to_thread(watched.blocked.wait, 60)
+                closing = asyncio.ensure_future(gateway.close())  # the episode ends while the call is tokenised
+                await asyncio.sleep(0)
+                watched.release.set()
+                await closing
+                with pytest.raises(openai.APIStatusError) as refused:
+                    await call
+            finally:
+                watched.release.set()
+                client.close()
+            return refused.value, gateway
+
+    refused, gateway = asyncio.run(go())
+    assert refused.status_code == 410 and refused.code == "episode_ended"
+    assert gateway.calls == [] and gateway.engine.prompts == []
