@@ -328,7 +328,8 @@ class LoopbackHttpServer(ThreadingHTTPServer):
             self._serve(poll_interval)
             return
         received: list[int] = []
-        previous = {sig: signal.signal(sig, lambda signum, frame: received.append(signum)) for sig in STOP_SIGNALS}
+        previous = {sig: signal.signal(sig, lambda signum, frame: received.append(signum))
+                    for sig in STOP_SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN}  # nohup keeps its way
         try:
             self.start()
             while not received and self._thread is not None and self._thread.is_alive():
