@@ -15,23 +15,12 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 from agentr1_core.errors import suggest
+from agentr1_core.jsonl import FileRows  # noqa: F401  (rows of a file, importable from here too)
 
 MAX_PROBLEMS = 10  # distinct problems listed; the count of the others follows
-
-
-class FileRows(list):
-    """Rows read from one file, with the line each came from, so that a bad row is reported as ``FILE:LINE``."""
-
-    def __init__(self, path: Any, rows: Iterable[dict[str, Any]] = (), lines: Iterable[int] = ()) -> None:
-        super().__init__(rows)
-        self.path = str(path)
-        self.lines = list(lines)
-
-    def where(self, index: int) -> str | None:
-        return f"{self.path}:{self.lines[index]}" if 0 <= index < len(self.lines) else None
 
 
 @dataclass(frozen=True)
@@ -95,11 +84,15 @@ def _bad_kwargs(kwargs: Any, env: str, accepted: frozenset[str] | None) -> list[
 
 
 def row_problems(rows: Sequence[Any], needs: Sequence[RowNeed], where: str, env: str = "",
-                 env_params: frozenset[str] | None = None) -> list[str]:
+                 env_params: frozenset[str] | None = None,
+                 row_checks: Sequence[Callable[[dict[str, Any]], list[tuple[tuple[str, ...], str]]]] = (),
+                 max_problems: int = MAX_PROBLEMS) -> list[str]:
     """One line per distinct problem of ``rows`` (the dataset at config key ``where``), earliest first.
 
     ``needs``: the fields every row must have. ``env`` (``"env 'guess'"``) and ``env_params`` (its constructor's
-    keyword parameters, None when it takes any): what a row's ``env_kwargs`` may set."""
+    keyword parameters, None when it takes any): what a row's ``env_kwargs`` may set. ``row_checks``: more per-row
+    checks, each giving ``(problem key, message)`` pairs (``tool_rows.ToolRowCheck``); rows sharing a key count as
+    one problem."""
     checks = [(("field", need.field), _missing(need), [tuple(p.split(".")) for p in need.paths])
               for need in _merged(needs)]
     first: dict[tuple[str, ...], tuple[int, str]] = {}
@@ -123,12 +116,15 @@ def row_problems(rows: Sequence[Any], needs: Sequence[RowNeed], where: str, env:
         if env and kwargs is not None and (not isinstance(kwargs, dict) or env_params is not None and kwargs):
             for key, message in _bad_kwargs(kwargs, env, env_params):
                 found(key, index, message)
+        for check in row_checks:
+            for key, message in check(row):
+                found(("check", *key), index, message)
     ordered = sorted(first.items(), key=lambda item: item[1][0])
     lines = []
-    for key, (index, message) in ordered[:MAX_PROBLEMS]:
+    for key, (index, message) in ordered[:max_problems]:
         located = rows.where(index) if isinstance(rows, FileRows) else None
         lines.append(f"{located or f'{where} row {index + 1}'}: {message} "
                      f"({count[key]} of {len(rows)} rows of {where})")
-    if len(ordered) > MAX_PROBLEMS:
-        lines.append(f"{where}: {len(ordered) - MAX_PROBLEMS} more problems of the same kinds")
+    if len(ordered) > max_problems:
+        lines.append(f"{where}: {len(ordered) - max_problems} more problems of the same kinds")
     return lines

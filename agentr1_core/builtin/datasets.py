@@ -13,35 +13,25 @@ from pathlib import Path
 from typing import Any
 
 from agentr1_core.errors import ConfigError
-from agentr1_core.rows import FileRows
+from agentr1_core.jsonl import FileRows, read_jsonl
 
 
 def load_jsonl(path: str = "", limit: int = 0, data_source: str = "") -> FileRows:
-    """Rows from a JSONL file, one JSON object per line; a line that is not one is an error naming the file and line.
-    What each row must carry (``prompt``, ...) is checked before the run from the components' ``row_fields``."""
+    """Rows from a JSONL file, one JSON object per line. Every line that is not one is reported, with the file and
+    line, once the whole file has been read (``agentr1_core.jsonl``). What each row must carry (``prompt``, ...) is
+    checked before the run from the components' ``row_fields``."""
     if not path:
         raise ConfigError("config error at data: the jsonl dataset needs a path")
     file = Path(path)
     if not file.is_file():
         raise ConfigError(f"dataset file not found: {file}")
-    rows = FileRows(file)
-    with file.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"{file}:{lineno}: not valid JSON ({exc.msg})") from exc
-            if not isinstance(row, dict):
-                raise ConfigError(f"{file}:{lineno}: each row must be a JSON object, got {type(row).__name__}")
-            if data_source:
-                row.setdefault("data_source", data_source)
-            rows.append(row)
-            rows.lines.append(lineno)
-            if limit and len(rows) >= limit:
-                break
-    return rows
+
+    def with_source(row: dict[str, Any], _line: int) -> dict[str, Any]:
+        if data_source:
+            row.setdefault("data_source", data_source)
+        return row
+
+    return read_jsonl(file, limit=limit, transform=with_source)
 
 
 # -- the calculator task of the embedded default run ------------------------------------------------------------------

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from agentr1_core.errors import ConfigError
+from agentr1_core.jsonl import JsonlError, parse_jsonl
 
 DATA_SOURCE = "gsm8k"
 SPLITS = ("train", "test")
@@ -135,21 +136,17 @@ def _record(obj: Any) -> tuple[str, str]:
 
 def parse_lines(lines: Iterable[str], where: str, split: str, calls_per_turn: int = 1,
                 limit: int = 0) -> list[dict[str, Any]]:
-    """Rows from the lines of one JSONL file; a malformed line raises ``GSM8KFormatError`` naming ``where:line``."""
-    rows: list[dict[str, Any]] = []
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            question, solution = _record(json.loads(line))
-            rows.append(gsm8k_row(question, solution, split, lineno, calls_per_turn))
-        except json.JSONDecodeError as exc:
-            raise GSM8KFormatError(f"{where}:{lineno}: not valid JSON ({exc.msg})") from exc
-        except ValueError as exc:
-            raise GSM8KFormatError(f"{where}:{lineno}: {exc}") from exc
-        if limit and len(rows) >= limit:
-            break
-    return rows
+    """Rows from the lines of one JSONL file; malformed lines raise one ``GSM8KFormatError`` naming each as
+    ``where:line`` (``agentr1_core.jsonl``)."""
+
+    def row(record: dict[str, Any], lineno: int) -> dict[str, Any]:
+        question, solution = _record(record)
+        return gsm8k_row(question, solution, split, lineno, calls_per_turn)
+
+    try:
+        return list(parse_jsonl(lines, where, limit=limit, transform=row))
+    except JsonlError as exc:
+        raise GSM8KFormatError(str(exc)) from exc
 
 
 def read_file(path: str | Path, split: str, calls_per_turn: int = 1, limit: int = 0) -> list[dict[str, Any]]:

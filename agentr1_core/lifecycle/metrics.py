@@ -26,6 +26,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from agentr1_core.jsonl import read_jsonl
+
 
 def clean(value: Any) -> Any:
     """JSON-safe copy: non-finite floats -> None, numpy/torch scalars -> Python numbers, keys -> str."""
@@ -219,14 +221,8 @@ def truncate_metrics(run_dir: str | os.PathLike, offset: int) -> int:
     return dropped
 
 
-def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
-    """The records of ``metrics.jsonl`` (a torn last line from a killed run is skipped)."""
+def read_metrics(run_dir: str | os.PathLike, warn: Any = None) -> list[dict[str, Any]]:
+    """The records of ``metrics.jsonl``; a line that cannot be read (a torn last line from a killed run, a hand
+    edit) is skipped and, with ``warn``, named (``agentr1_core.jsonl``)."""
     path = Path(run_dir) / "metrics.jsonl"
-    records = []
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return records
+    return list(read_jsonl(path, on_bad="skip", warn=warn)) if path.is_file() else []

@@ -35,7 +35,7 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    records = read_metrics(run_dir)
+    records = read_metrics(run_dir, warn=lambda line: print(f"[plot] {line}", flush=True))
     if not records:
         raise FileNotFoundError(f"no metrics in {Path(run_dir) / 'metrics.jsonl'}")
     out = Path(out) if out else Path(run_dir) / "curves.png"

@@ -40,6 +40,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from agentr1_core import jsonl
+
 CURVES = (  # (title, keys); "val/..." are the validation records' values
     ("reward", ("reward_mean", "val/reward_mean")),
     ("success rate", ("success_rate", "val/success_rate")),
@@ -156,26 +158,9 @@ def finite(value: Any) -> Any:
 
 def read_jsonl(path: Path, warnings: list[str] | None = None) -> list[dict[str, Any]]:
     """The JSON objects of a JSONL file. A line that is not one (a torn last line, a foreign line) is skipped; the
-    first is named in one line added to ``warnings``, with the count of the others. Blank lines are ignored."""
-    out, problems = [], []
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                record = loads(line)
-            except (json.JSONDecodeError, RecursionError) as exc:
-                detail = f"{exc.msg} at column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else "too deep"
-                problems.append(f"{path}:{number}: not valid JSON ({detail})")
-                continue
-            if not isinstance(record, dict):
-                problems.append(f"{path}:{number}: not a JSON object ({type(record).__name__})")
-                continue
-            out.append(record)
-    if problems and warnings is not None:
-        more = f" and {len(problems) - 1} more unreadable lines" if len(problems) > 1 else ""
-        warnings.append(f"skipped {problems[0]}{more}")
-    return out
+    first is named in one line added to ``warnings``, with the count of the others (``agentr1_core.jsonl``)."""
+    warn = warnings.append if warnings is not None else None
+    return list(jsonl.read_jsonl(path, on_bad="skip", warn=warn, decode=loads))
 
 
 def read_json(path: Path, warnings: list[str]) -> dict[str, Any]:

@@ -19,11 +19,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from agentr1_core.jsonl import parse_jsonl
+
 REQUIRED_FIELDS = ("asin", "name", "Title", "query", "product_category", "Attributes")
 
 
 def read_json_records(path: str | Path) -> list[dict[str, Any]]:
-    """A JSON list or a JSONL file; a broken line is an error naming the file and line."""
+    """A JSON list or a JSONL file; broken lines are one error naming each file and line (``agentr1_core.jsonl``)."""
     file = Path(path)
     if not file.is_file():
         raise FileNotFoundError(
@@ -32,14 +34,7 @@ def read_json_records(path: str | Path) -> list[dict[str, Any]]:
     text = file.read_text(encoding="utf-8")
     if text.lstrip().startswith("["):
         return list(json.loads(text))
-    records = []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{file}:{lineno}: not valid JSON ({exc.msg})") from exc
-    return records
+    return list(parse_jsonl(text.splitlines(), str(file)))
 
 
 def product_text(p: dict[str, Any]) -> str:
