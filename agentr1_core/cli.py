@@ -22,39 +22,18 @@ from agentr1_core.plugins import get_registry
 EXIT_USAGE = 2
 
 
-def _split_config_args(items: Sequence[str]) -> tuple[str | None, list[str]]:
-    """``[CONFIG] [key=value ...]``: the first item without ``=`` is the config."""
-    config, overrides = None, []
-    for item in items:
-        if "=" not in item and config is None and not overrides:
-            config = item
-        else:
-            overrides.append(item)
-    return config, overrides
-
-
-def _load(args: argparse.Namespace):
-    """The config of ``[CONFIG|RUN_DIR] [key=value ...]``: a run directory stands for its saved ``config.yaml``
-    (with ``run_dir`` set to that directory)."""
-    from agentr1_core.config import load_config
-    from agentr1_core.lifecycle.run_dir import saved_config
-
-    config, overrides = _split_config_args(args.items)
-    saved = saved_config(config) if config else None
-    if saved is not None:
-        return load_config(str(saved), [f"run_dir={config}", *overrides])
-    return load_config(config, overrides)
-
-
 def cmd_run(args: argparse.Namespace) -> int:
+    from agentr1_core.config import config_from_items
     from agentr1_core.lifecycle.run_dir import resume_config
     from agentr1_core.runner import run
 
-    cfg = _load(args)
+    given = config_from_items(args.items)
+    cfg, source = given.cfg, given.run_folder
     if args.resume:
         cfg.trainer.resume = "auto"
-        cfg = resume_config(cfg, _split_config_args(args.items)[1])
-    run(cfg, overwrite=args.overwrite)
+        cfg = resume_config(cfg, given.overrides)
+        source = str(cfg.run_dir)  # the resumed run's saved config decides what runs
+    run(cfg, overwrite=args.overwrite, problems=given.problems, code_source=source, trust_code=args.trust_code)
     return 0
 
 
@@ -68,6 +47,9 @@ Overrides set any key of the resolved config (agentr1-core config show CONFIG pr
 With --resume, the run's saved config is used; overrides may only change how long it runs and how it checkpoints
 and validates (trainer.total_steps, trainer.checkpoint_every, validation.every, ...); any other difference is
 refused with the keys that differ.
+A config read from a run folder (RUN_DIR, --resume) may name code to import (a gateway agent, agent_flow.agent):
+each is printed with where it lives, and code outside the installed packages is refused unless --trust-code.
+Checkpoints load as data only, always.
 """
 
 
@@ -76,11 +58,13 @@ def cmd_config_show(args: argparse.Namespace) -> int:
     model path): an invalid merge exits with code 2."""
     from omegaconf import OmegaConf
 
+    from agentr1_core.config import config_from_items
     from agentr1_core.plugins import configure_registry
     from agentr1_core.preflight import preflight
 
-    cfg = _load(args)
-    preflight(cfg, configure_registry(cfg.plugins.allow, cfg.plugins.block), build=False)
+    given = config_from_items(args.items)
+    cfg = given.cfg
+    preflight(cfg, configure_registry(cfg.plugins.allow, cfg.plugins.block), build=False, problems=given.problems)
     print(OmegaConf.to_yaml(cfg), end="")
     return 0
 
@@ -160,6 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
     run_p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in run_dir")
     run_p.add_argument("--overwrite", action="store_true",
                        help="start afresh in a run_dir that holds a previous run (its files are deleted)")
+    run_p.add_argument("--trust-code", action="store_true",
+                       help="import code that a run folder's config names outside the installed packages")
     run_p.set_defaults(func=cmd_run)
 
     cfg_p = sub.add_parser("config", help="inspect configs")

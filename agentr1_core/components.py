@@ -79,19 +79,54 @@ def unknown_names(cfg: DictConfig, registry: Registry) -> list[str]:
     return problems
 
 
-def check_components(cfg: DictConfig, registry: Registry) -> None:
-    """Raise a ``ConfigError`` for the unknown component names or bad parameters anywhere in ``cfg``, one line each.
-    Names are looked up first (no imports), then each factory is imported and its params checked."""
-    problems = unknown_names(cfg, registry)
-    if problems:
-        raise ConfigError("\n".join(problems))
-    for key, kind, name, params in selected(cfg):
+def component_problems(cfg: DictConfig, registry: Registry) -> dict[str, str]:
+    """``{key path: problem}`` for every component of ``cfg`` whose name no loaded plugin registers or whose params
+    its factory does not accept. Names are looked up first (no imports); each known one's factory is then imported
+    and its params checked."""
+    problems: dict[str, str] = {}
+    try:
+        chosen = list(selected(cfg))
+    except ConfigError as exc:  # a malformed list of components (env.tools: 5)
+        return {str(exc).partition(":")[0].removeprefix("config error at "): str(exc)}
+    for key, kind, name, _ in chosen:
+        try:
+            registry.get(kind, name)
+        except UserError as exc:
+            problems[key] = f"config error at {key}: {exc}"
+    for key, kind, name, params in chosen:
+        if key in problems:
+            continue
         try:
             _validate(registry, kind, name, params, key)
         except ConfigError as exc:
-            problems.append(str(exc))
+            problems[key] = str(exc)
+    return problems
+
+
+def check_components(cfg: DictConfig, registry: Registry) -> None:
+    """Raise a ``ConfigError`` for the unknown component names or bad parameters anywhere in ``cfg``, one line each
+    (``component_problems``)."""
+    problems = component_problems(cfg, registry)
     if problems:
-        raise ConfigError("\n".join(problems))
+        raise ConfigError("\n".join(problems.values()))
+
+
+def code_refs(cfg: DictConfig, registry: Registry, run_dir: str | None = None) -> list[Any]:
+    """The code ``cfg`` names (``agentr1_core.trust.CodeRef``), at the ``code_params`` each selected component's
+    spec declares; found without importing it."""
+    from agentr1_core.trust import resolve_code
+
+    refs = []
+    for key, kind, name, params in selected(cfg):
+        try:
+            spec = registry.get(kind, name)
+        except UserError:  # an unknown name is reported by the checks of the run
+            continue
+        for param in spec.code_params:
+            value = params.get(param)
+            if isinstance(value, str) and value.strip():
+                refs.append(resolve_code(value.strip(), run_dir, f"{key}.{param}"))
+    return refs
 
 
 def build_reward_fn(cfg: DictConfig, registry: Registry) -> Any:

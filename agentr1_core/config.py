@@ -300,14 +300,18 @@ def _unknown_names(cfg: DictConfig) -> list[str]:
         return []
 
 
-def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
+def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] = (),
+                problems: list[str] | None = None) -> DictConfig:
     """Merge defaults, the YAML chain of ``path`` (packaged ``default`` when None) and dotlist ``overrides``.
-    Unknown keys are reported all at once, with the unknown component names of the rest."""
+    Unknown keys are reported all at once, with the unknown component names of the rest. Given a ``problems``
+    list, unknown keys and overrides that do not fit their key are added to it instead and the rest of the config
+    is loaded, so that a run reports them together with everything its checks find (``preflight``)."""
     layers = _read_yaml(resolve_config_path(path or "default"))
     bad = [o for o in overrides if "=" not in o]
     if bad:
         raise ConfigError(f"override {bad[0]!r} must look like key.path=value")
     unknown, overrides = _drop_unknown_keys(layers, list(overrides))
+    collect = problems is not None
     try:
         cfg = OmegaConf.structured(RunConfig)
         for layer in layers:  # a layer that names another component replaces the node (no inherited params)
@@ -315,22 +319,18 @@ def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] 
                 _switch_component(cfg, key, OmegaConf.select(layer, f"{key}.name", default=None))
             cfg = OmegaConf.merge(cfg, layer)
         for item in sorted(overrides, key=lambda o: o.partition("=")[0] not in SWITCH_OVERRIDES):
-            key, _, raw = item.partition("=")  # one at a time, so that list items can be addressed: env.tools.0.k=5
-            value = OmegaConf.to_container(OmegaConf.from_dotlist([f"v={raw}"]))["v"]
-            if key in SWITCHABLE_KEYS and isinstance(value, dict):
-                _switch_component(cfg, key, value.get("name"))
-            elif key in SWITCH_OVERRIDES:
-                _switch_component(cfg, key.rsplit(".", 1)[0], value)
-            parts = key.split(".")
-            for depth in range(1, len(parts)):  # reward.name=x when reward is null: start an empty node
-                prefix = ".".join(parts[:depth])
-                if OmegaConf.select(cfg, prefix, default="missing") is None:
-                    OmegaConf.update(cfg, prefix, {}, merge=False)
-            OmegaConf.update(cfg, key, value, merge=True)
+            try:
+                _apply_override(cfg, item)
+            except OmegaConfBaseException as exc:
+                if not collect:
+                    raise
+                unknown.append(_one_line(exc))
         OmegaConf.resolve(cfg)
     except OmegaConfBaseException as exc:
         raise ConfigError("\n".join([*unknown, _one_line(exc)])) from exc
-    if unknown:
+    if unknown and collect:
+        problems.extend(unknown)
+    elif unknown:
         raise ConfigError("\n".join(unknown + _unknown_names(cfg)))
     for key in COMPONENT_KEYS:
         node = OmegaConf.select(cfg, key)
@@ -338,3 +338,54 @@ def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] 
             raise ConfigError(f"config error at {key}: a component needs a 'name'")
     return cfg
 
+
+def _apply_override(cfg: DictConfig, item: str) -> None:
+    """Set ``key=value`` in ``cfg``; one at a time, so that list items can be addressed: ``env.tools.0.k=5``."""
+    key, _, raw = item.partition("=")
+    value = OmegaConf.to_container(OmegaConf.from_dotlist([f"v={raw}"]))["v"]
+    if key in SWITCHABLE_KEYS and isinstance(value, dict):
+        _switch_component(cfg, key, value.get("name"))
+    elif key in SWITCH_OVERRIDES:
+        _switch_component(cfg, key.rsplit(".", 1)[0], value)
+    parts = key.split(".")
+    for depth in range(1, len(parts)):  # reward.name=x when reward is null: start an empty node
+        prefix = ".".join(parts[:depth])
+        if OmegaConf.select(cfg, prefix, default="missing") is None:
+            OmegaConf.update(cfg, prefix, {}, merge=False)
+    OmegaConf.update(cfg, key, value, merge=True)
+
+
+def split_config_args(items: list[str] | tuple[str, ...]) -> tuple[str | None, list[str]]:
+    """``[CONFIG] [key=value ...]`` of a command line: the first item without ``=`` is the config."""
+    config, overrides = None, []
+    for item in items:
+        if "=" not in item and config is None and not overrides:
+            config = item
+        else:
+            overrides.append(item)
+    return config, overrides
+
+
+@dataclasses.dataclass
+class CommandLineConfig:
+    """A config named on the command line: ``cfg``, the ``problems`` loading it found (for the run's checks to
+    report with theirs), the ``overrides`` given, and ``run_folder`` when CONFIG was a run directory (its saved
+    ``config.yaml``, with ``run_dir`` set to it)."""
+
+    cfg: DictConfig
+    problems: list[str]
+    overrides: list[str]
+    run_folder: str | None = None
+
+
+def config_from_items(items: list[str] | tuple[str, ...]) -> CommandLineConfig:
+    """The config of ``[CONFIG|RUN_DIR] [key=value ...]``: a run directory stands for its saved ``config.yaml``."""
+    from agentr1_core.lifecycle.run_dir import saved_config
+
+    config, overrides = split_config_args(items)
+    saved = saved_config(config) if config else None
+    problems: list[str] = []
+    if saved is not None:
+        cfg = load_config(str(saved), [f"run_dir={config}", *overrides], problems=problems)
+        return CommandLineConfig(cfg, problems, overrides, run_folder=str(config))
+    return CommandLineConfig(load_config(config, overrides, problems=problems), problems, overrides)

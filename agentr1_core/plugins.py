@@ -107,11 +107,44 @@ class Registry:
                 continue
             self.register_module(module, name=path, distribution=PLUGIN_MODULES_VAR, version="")
 
+    def plugin_names(self) -> dict[str, str]:
+        """Every name ``plugins.allow`` / ``plugins.block`` may hold: each installed plugin's entry-point name and
+        its distribution's name (canonical, ``agentr1-env-webshop``), mapped to the distribution."""
+        names: dict[str, str] = {}
+        for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+            dist = ep.dist.name if ep.dist is not None else "unknown"
+            names[ep.name] = dist
+            names[declared.canonical(dist)] = dist
+        for info in self.plugins.values():
+            names.setdefault(info.name, info.distribution)
+        return names
+
+    def list_problems(self, allow: Iterable[str], block: Iterable[str]) -> list[str]:
+        """One line per name in the allow and block lists (the config's, at ``plugins.allow[i]`` /
+        ``plugins.block[i]``, and the environment's) that is not an installed plugin, with the closest match; the
+        core named in a block list (its built-ins cannot be blocked) is a problem too."""
+        known = self.plugin_names()
+        core = {name for name, dist in known.items() if declared.canonical(dist) == CORE_DISTRIBUTION}
+        sources = [(f"plugins.{which}[{i}]", str(name)) for which, names in (("allow", allow), ("block", block))
+                   for i, name in enumerate(names)]
+        sources += [(var, name) for var in ("AGENTR1_PLUGINS_ALLOW", "AGENTR1_PLUGINS_BLOCK")
+                    for name in sorted(_split_env(var))]
+        problems = []
+        for where, name in sources:
+            label = f"config error at {where}" if where.startswith("plugins.") else f"{where}"
+            if name not in known and declared.canonical(name) not in known:
+                problems.append(f"{label}: {name!r} is not an installed plugin{suggest(name, known)}; installed: "
+                                f"{', '.join(sorted(known))}")
+            elif "BLOCK" in where.upper() and (name in core or declared.canonical(name) in core):
+                problems.append(f"{label}: {name!r} is the core; its built-in components cannot be blocked")
+        return problems
+
     def _is_blocked(self, ep_name: str, dist: str) -> bool:
-        names = {ep_name, dist}
-        if self.block & names:
+        """Whether the plugin is blocked or not allowed; names compare as packaging compares distribution names."""
+        names = {declared.canonical(ep_name), declared.canonical(dist)}
+        if {declared.canonical(n) for n in self.block} & names:
             return True
-        return bool(self.allow) and not (self.allow & names)
+        return bool(self.allow) and not ({declared.canonical(n) for n in self.allow} & names)
 
     def register_module(self, module: ModuleType | Any, name: str, distribution: str = "local",
                         version: str = "") -> PluginInfo:

@@ -8,12 +8,15 @@ model has loaded.
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
+from agentr1_core.components import code_refs
 from agentr1_core.plugins import configure_registry
+from agentr1_core.trust import check_code_refs
 
 
 def _missing_dirs(path: Path) -> list[Path]:
@@ -34,31 +37,45 @@ def _remove_empty(folders: list[Path]) -> None:
             return
 
 
-def run(cfg: DictConfig, overwrite: bool = False) -> Any:
-    """Check everything (``preflight``), prepare the run directory (``lifecycle.run_dir``), then train. A first
-    SIGTERM or SIGINT stops the run after the current iteration, with a checkpoint."""
-    from agentr1_core.lifecycle.checkpoint import check_run_dir
-    from agentr1_core.lifecycle.memory import set_mmap_threshold
+def run(cfg: DictConfig, overwrite: bool = False, problems: list[str] | None = None,
+        code_source: str | None = None, trust_code: bool = False) -> Any:
+    """Check everything (``preflight``: ``problems`` are what loading the config already found), prepare the run
+    directory (``lifecycle.run_dir``), then train. ``code_source``: the run folder the config came from (``run
+    RUN_DIR``, ``--resume``): the code it names is shown and checked first (``trust``). A first SIGTERM or SIGINT
+    stops the run after the current iteration, with a checkpoint."""
+    from agentr1_core.lifecycle.checkpoint import RunDirError, check_run_dir
     from agentr1_core.lifecycle.run_dir import prepare_run_dir
     from agentr1_core.lifecycle.stop import GracefulStop
+    from agentr1_core.memory import set_mmap_threshold
     from agentr1_core.preflight import preflight
 
     set_mmap_threshold(int(cfg.trainer.mmap_threshold_kb))  # before anything large is allocated
     registry = configure_registry(cfg.plugins.allow, cfg.plugins.block)
+    if code_source is not None:
+        check_code_refs(code_refs(cfg, registry, code_source), code_source, trust_code)
     created = _missing_dirs(Path(str(cfg.run_dir)))
     try:
-        check_run_dir(cfg.run_dir, int(float(cfg.trainer.min_free_gb) * 1024 ** 3))  # unwritable / full: fail now
-        # the rows checked here are the rows the training loop trains on, when it runs in this process
-        name = str(cfg.trainer.name)
-        in_actor = name == "ray" and OmegaConf.select(cfg, "trainer.params.trainer_in_actor", default=True)
-        in_process = name in ("local", "verl") or (name == "ray" and not in_actor)
-        preflight(cfg, registry, keep_rows=in_process)
+        problems = list(problems or [])
+        try:  # unwritable or full: reported with the other problems
+            check_run_dir(cfg.run_dir, int(float(cfg.trainer.min_free_gb) * 1024 ** 3))
+        except RunDirError as exc:
+            problems.append(str(exc))
+        checked = preflight(cfg, registry, problems=problems)
         prepare_run_dir(cfg, overwrite=overwrite)
     except BaseException:
         _remove_empty(created)  # a refused run leaves no trace
         raise
-    trainer = registry.load("trainer", cfg.trainer.name)(config=cfg, registry=registry)
+    factory = registry.load("trainer", cfg.trainer.name)
+    extra = {"rows": checked.rows} if _accepts(factory, "rows") else {}  # the rows checked are the rows trained on
+    trainer = factory(config=cfg, registry=registry, **extra)
     with GracefulStop() as stop:
         if isinstance(getattr(trainer, "callbacks", None), list):
             trainer.callbacks.append(stop)
         return trainer.fit()
+
+
+def _accepts(factory: Any, name: str) -> bool:
+    try:
+        return name in inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return False

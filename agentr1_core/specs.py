@@ -3,10 +3,10 @@
 A spec names a component and points at the code that builds it with a lazy ``"package.module:attr"`` string, so
 that listing plugins imports nothing heavy (no torch, ray or vllm). ``load()`` imports the target on demand.
 The parameters a component accepts are the keyword arguments of its factory; ``parameters()`` reads them without
-calling it. A reward, an env and a dataset loader also declare what they need from every dataset row
-(``row_fields``: dotted paths such as ``reward_model.ground_truth``, ``a|b`` when either will do), which the run
-checks on every row before the model loads (``agentr1_core.rows``). ``SPEC_TYPES`` maps each kind of
-``agentr1_core.kinds`` to its spec class.
+calling it; ``code_params`` names those that point at code to import. A reward, an env and a dataset loader also
+declare what they need from every dataset row (``row_fields``: dotted paths such as ``reward_model.ground_truth``,
+``a|b`` when either will do), which the run checks on every row before the model loads (``agentr1_core.rows``).
+``SPEC_TYPES`` maps each kind of ``agentr1_core.kinds`` to its spec class.
 """
 
 from __future__ import annotations
@@ -32,11 +32,14 @@ def import_object(path: str) -> Any:
 
 @dataclass(frozen=True)
 class ComponentSpec:
-    """A named component. ``factory`` is imported lazily; ``description`` shows in ``agentr1-core plugins``."""
+    """A named component. ``factory`` is imported lazily; ``description`` shows in ``agentr1-core plugins``.
+    ``code_params``: the factory's parameters whose values name code it imports (``agent: my_agent.py:run``), which
+    the commands that read a run folder's config show and check before importing (``agentr1_core.trust``)."""
 
     name: str
     factory: str
     description: str = ""
+    code_params: tuple[str, ...] = field(default=(), kw_only=True)
     kind: ClassVar[str] = ""
 
     def load(self) -> Any:

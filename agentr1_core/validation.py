@@ -1,8 +1,9 @@
 """Value checks on a merged run config: ranges, choices and combinations that the types alone do not catch.
 
-``check_values(cfg)`` raises a one-line ``ConfigError`` naming the key path and what would be valid (exit code 2 in
-the CLI) for, e.g., ``rollout.n=0``, ``stages=[sft, rll]``, ``model.dtype=float16x``, ``trainer.resume=yes`` or
-``model.device=cuda`` on a machine without CUDA. It reads only the config (torch is imported only to ask whether
+``value_problems(cfg)`` gives one line per problem, every one of them, naming the key path and what would be valid
+(``check_values`` raises them as one ``ConfigError``: exit code 2 in the CLI) for, e.g., ``rollout.n=0``,
+``stages=[sft, rll]``, ``model.dtype=float16x``, ``trainer.resume=yes`` or ``model.device=cuda`` on a machine
+without CUDA. It reads only the config (torch is imported only to ask whether
 CUDA is there, and only when a CUDA device is asked for). Component parameters are checked elsewhere, against
 their factories (``params.validate_params``) and by building the light components once (``preflight``).
 """
@@ -42,62 +43,89 @@ AT_LEAST: dict[str, float] = {
 }
 
 
-def _fail(key: str, message: str) -> None:
-    raise ConfigError(f"config error at {key}: {message}")
+class _Problems(list):
+    """The problems found so far, one ``config error at KEY: ...`` line each."""
+
+    def fail(self, key: str, message: str) -> None:
+        self.append(f"config error at {key}: {message}")
+
+    def choice(self, key: str, value: Any, valid: tuple[str, ...]) -> None:
+        if str(value) not in valid:
+            self.fail(key, f"{value!r} is not valid{suggest(str(value), valid)}; valid: {', '.join(valid)}")
 
 
-def _choice(key: str, value: Any, valid: tuple[str, ...]) -> None:
-    if str(value) not in valid:
-        _fail(key, f"{value!r} is not valid{suggest(str(value), valid)}; valid: {', '.join(valid)}")
-
-
-def check_stages(cfg: DictConfig) -> list[str]:
+def stage_problems(cfg: DictConfig, found: _Problems | None = None) -> list[str]:
+    found = _Problems() if found is None else found
     stages = [str(s) for s in (OmegaConf.select(cfg, "stages") or [])]
     if not stages:
-        _fail("stages", "no stage selected; use [rl], [sft] or [sft, rl]")
+        found.fail("stages", "no stage selected; use [rl], [sft] or [sft, rl]")
     for i, stage in enumerate(stages):
         if stage not in STAGES:
-            _fail(f"stages[{i}]", f"unknown stage {stage!r}{suggest(stage, STAGES)}; valid: {', '.join(STAGES)}")
+            found.fail(f"stages[{i}]", f"unknown stage {stage!r}{suggest(stage, STAGES)}; valid: {', '.join(STAGES)}")
     if len(set(stages)) != len(stages):
-        _fail("stages", f"a stage is listed twice: {stages}")
+        found.fail("stages", f"a stage is listed twice: {stages}")
     if stages == ["rl", "sft"]:
-        _fail("stages", "sft is a warm start and runs before rl; write [sft, rl]")
-    return stages
+        found.fail("stages", "sft is a warm start and runs before rl; write [sft, rl]")
+    return found
 
 
-def check_device(key: str, device: str) -> None:
+def device_problem(key: str, device: str) -> str | None:
+    """What is wrong with ``device`` at ``key`` (a malformed name, CUDA asked for where there is none), or None."""
     if not _DEVICE.match(device):
-        _fail(key, f"{device!r} is not a device; valid: auto, cpu, cuda, cuda:N, mps")
+        return f"config error at {key}: {device!r} is not a device; valid: auto, cpu, cuda, cuda:N, mps"
     if device.startswith("cuda"):
         import torch
 
         if not torch.cuda.is_available():
-            _fail(key, f"{device!r} asked for, but CUDA is not available here; use auto or cpu")
+            return f"config error at {key}: {device!r} asked for, but CUDA is not available here; use auto or cpu"
         index = int(device.split(":")[1]) if ":" in device else 0
         if index >= torch.cuda.device_count():
-            _fail(key, f"{device!r} asked for, but only {torch.cuda.device_count()} CUDA device(s) are visible")
+            return (f"config error at {key}: {device!r} asked for, but only {torch.cuda.device_count()} CUDA "
+                    f"device(s) are visible")
+    return None
+
+
+def _number(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def value_problems(cfg: DictConfig) -> list[str]:
+    """Every out-of-range or unknown value in ``cfg``, one line each (empty when there is none)."""
+    found = _Problems()
+    stage_problems(cfg, found)
+    stages = [str(s) for s in (OmegaConf.select(cfg, "stages") or [])]
+    for key, low in AT_LEAST.items():
+        value = OmegaConf.select(cfg, key)
+        number = _number(value)
+        if value is not None and (number is None or number < low):
+            found.fail(key, f"must be >= {low:g}, got {value!r}")
+    top_p = _number(cfg.rollout.top_p)
+    if top_p is None or not 0.0 < top_p <= 1.0:
+        found.fail("rollout.top_p", f"must be in (0, 1], got {cfg.rollout.top_p!r}")
+    total = _number(cfg.trainer.total_steps)
+    if "rl" in stages and total is not None and 0 <= total < 1:  # a negative one is reported above
+        found.fail("trainer.total_steps", f"must be >= 1 when stages include rl, got {cfg.trainer.total_steps!r}")
+    found.choice("model.dtype", cfg.model.dtype, DTYPES)
+    found.choice("trainer.resume", cfg.trainer.resume, RESUME_MODES)
+    found.choice("trainer.off_policy_correction", cfg.trainer.off_policy_correction, OFF_POLICY_MODES)
+    found.choice("trainer.optimizer_kernel", cfg.trainer.optimizer_kernel, OPTIMIZER_KERNELS)
+    found.choice("trainer.importance_cap_mode", cfg.trainer.importance_cap_mode, IMPORTANCE_CAP_MODES)
+    found.choice("trainer.importance_level", cfg.trainer.importance_level, IMPORTANCE_LEVELS)
+    if not str(cfg.model.path).strip():
+        found.fail("model.path", "is empty; give a local folder, a Hugging Face id or smollm2-135m-instruct")
+    if not str(cfg.run_dir).strip():
+        found.fail("run_dir", "is empty; give a folder for metrics and checkpoints")
+    device = device_problem("model.device", str(cfg.model.device))
+    if device:
+        found.append(device)
+    return list(found)
 
 
 def check_values(cfg: DictConfig) -> None:
-    """Raise ``ConfigError`` for the first out-of-range or unknown value in ``cfg``."""
-    stages = check_stages(cfg)
-    for key, low in AT_LEAST.items():
-        value = OmegaConf.select(cfg, key)
-        if value is not None and float(value) < low:
-            _fail(key, f"must be >= {low:g}, got {value!r}")
-    top_p = float(cfg.rollout.top_p)
-    if not 0.0 < top_p <= 1.0:
-        _fail("rollout.top_p", f"must be in (0, 1], got {top_p!r}")
-    if "rl" in stages and int(cfg.trainer.total_steps) < 1:
-        _fail("trainer.total_steps", f"must be >= 1 when stages include rl, got {cfg.trainer.total_steps!r}")
-    _choice("model.dtype", cfg.model.dtype, DTYPES)
-    _choice("trainer.resume", cfg.trainer.resume, RESUME_MODES)
-    _choice("trainer.off_policy_correction", cfg.trainer.off_policy_correction, OFF_POLICY_MODES)
-    _choice("trainer.optimizer_kernel", cfg.trainer.optimizer_kernel, OPTIMIZER_KERNELS)
-    _choice("trainer.importance_cap_mode", cfg.trainer.importance_cap_mode, IMPORTANCE_CAP_MODES)
-    _choice("trainer.importance_level", cfg.trainer.importance_level, IMPORTANCE_LEVELS)
-    if not str(cfg.model.path).strip():
-        _fail("model.path", "is empty; give a local folder, a Hugging Face id or smollm2-135m-instruct")
-    if not str(cfg.run_dir).strip():
-        _fail("run_dir", "is empty; give a folder for metrics and checkpoints")
-    check_device("model.device", str(cfg.model.device))
+    """Raise one ``ConfigError`` listing every out-of-range or unknown value in ``cfg`` (``value_problems``)."""
+    problems = value_problems(cfg)
+    if problems:
+        raise ConfigError("\n".join(problems))

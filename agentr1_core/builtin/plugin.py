@@ -95,7 +95,7 @@ def agentr1_cli_commands():
                     help="plot reward, success, loss and throughput of a run"),
         CommandSpec("export", "agentr1_core.lifecycle.export:register", "Export a plain Hugging Face model folder",
                     help="write the latest checkpoint as a plain HF model folder (LoRA merged)"),
-        CommandSpec("eval", "agentr1_core.lifecycle.evaluate:register", "Validation only, per data source",
+        CommandSpec("eval", "agentr1_core.evaluate:register", "Validation only, per data source",
                     help="evaluate a checkpoint on the validation data per data source, to JSON"),
         CommandSpec("view", "agentr1_core.lifecycle.view_page:register", "A run or eval report as one HTML page",
                     help="write a self-contained HTML page of a run: config, curves, stages, tasks, episodes"),

@@ -4,6 +4,7 @@
 A checkpoint is written into a hidden temporary folder next to its final place, every file is fsync'ed, a
 ``COMPLETE`` marker is written last, and the folder is renamed into place. A reader only considers folders with the
 marker, so a run killed mid-write never resumes from half a checkpoint. The last ``keep`` checkpoints are kept.
+``trainer_state.pt`` is read back as data only (``load_state``): a crafted file cannot run code.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from agentr1_core.errors import CheckpointMismatch
 
 STATE_FILE = "trainer_state.pt"
 MARKER = "COMPLETE"
@@ -84,9 +87,14 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, state: dict[str, Any]
 
 
 def load_state(checkpoint: str | os.PathLike) -> dict[str, Any]:
-    import torch
+    """The checkpoint's ``trainer_state.pt``, loaded as data only: a file that would run code is refused
+    (``agentr1_core.trust``)."""
+    from agentr1_core.trust import load_data_file
 
-    return torch.load(Path(checkpoint) / STATE_FILE, map_location="cpu", weights_only=False)
+    state = load_data_file(Path(checkpoint) / STATE_FILE)
+    if not isinstance(state, dict):
+        raise CheckpointMismatch(f"{Path(checkpoint) / STATE_FILE} is not a trainer state (a {type(state).__name__})")
+    return state
 
 
 def check_run_dir(run_dir: str | os.PathLike, min_free_bytes: int = 2 * 1024**3) -> Path:

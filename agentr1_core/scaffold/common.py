@@ -370,7 +370,7 @@ def test_registered_through_the_entry_point():
 
 
 def test_the_config_passes_the_checks_a_run_makes_and_reads_rows_shipped_in_the_package(config, load_rows):
-    preflight(config, get_registry(), keep_rows=False)  # values, model path, names, params; builds data, reward, env
+    preflight(config, get_registry())  # values, model path, names, params, rows; builds data, reward, env
     installed = Path(str(resources.files(PACKAGE))).resolve()
     for split in ("train", "val"):
         assert load_rows(split), f"data.{split} reads no rows"

@@ -93,8 +93,9 @@ def _cases(ws: Path) -> list[Case]:
              ["config error at env: env 'webshop' failed to start:", "/nope.jsonl"]),
         Case("webshop_env_on_rows_without_goals", ["run", "tiny", "env={name: webshop, products: /nope.jsonl}",
                                                    r("ax")],
-             ["data.train row 1: missing goal.asin, which env 'webshop' reads (16 of 16 rows of data.train)",
-              "data.val row 1: missing goal.asin"], lines=2),
+             ["config error at env: env 'webshop' failed to start:", "/nope.jsonl",  # all three problems at once
+              "data.train row 1: missing goal.asin, which env 'webshop' reads (16 of 16 rows of data.train)",
+              "data.val row 1: missing goal.asin"], lines=3),
         Case("missing_alfworld_data", ["run", "tiny", "env.name=alfworld", "data.train={name: alfworld, path: /nope}",
                                        r("ae")], ["/nope"]),
         Case("alfworld_split_typo", ["run", "tiny", "env.name=alfworld", "reward.name=alfworld_won",

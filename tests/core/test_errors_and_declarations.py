@@ -143,18 +143,18 @@ def _jsonl(tmp_path, rows):
 def test_preflight_checks_every_train_and_val_row_before_building_anything(tmp_path):
     from agentr1_core.config import load_config
     from agentr1_core.plugins import get_registry
-    from agentr1_core.preflight import check_rows, load_rows
+    from agentr1_core.preflight import load_rows, row_check_problems
 
     good = {"prompt": "What is 2 + 2?", "reward_model": {"ground_truth": "4"}}
     train = _jsonl(tmp_path, [good, {"prompt": "What is 3 + 3?"}])
     cfg = load_config("tiny", [f"data.train={{name: jsonl, path: {train}}}"])
     registry = get_registry()
-    rows = {key: load_rows(cfg, registry, key, keep=False) for key in ("data.train", "data.val")}
-    with pytest.raises(errors.ConfigError) as raised:
-        check_rows(cfg, registry, rows)
-    assert str(raised.value) == (f"{train}:2: missing reward_model.ground_truth (or answer), which reward "
-                                 f"'answer_match' reads (1 of 2 rows of data.train)")
-    check_rows(load_config("tiny", [f"data.train={{name: jsonl, path: {train}}}", "reward=null"]), registry, rows)
+    rows = {key: load_rows(cfg, registry, key) for key in ("data.train", "data.val")}
+    assert row_check_problems(cfg, registry, rows) == [
+        f"{train}:2: missing reward_model.ground_truth (or answer), which reward 'answer_match' reads (1 of 2 rows "
+        f"of data.train)"]
+    no_reward = load_config("tiny", [f"data.train={{name: jsonl, path: {train}}}", "reward=null"])
+    assert row_check_problems(no_reward, registry, rows) == []
 
 
 def test_every_named_config_passes_the_row_checks_with_its_shipped_data(tmp_path, monkeypatch):
@@ -163,7 +163,7 @@ def test_every_named_config_passes_the_row_checks_with_its_shipped_data(tmp_path
 
     from agentr1_core.config import load_config
     from agentr1_core.plugins import get_registry
-    from agentr1_core.preflight import check_rows, load_rows
+    from agentr1_core.preflight import load_rows, row_check_problems
 
     needs_prepared_data = {"alfworld", "alfworld-gpu"}  # the full games (`agentr1-core alfworld prepare`)
     monkeypatch.chdir(tmp_path)
@@ -173,12 +173,12 @@ def test_every_named_config_passes_the_row_checks_with_its_shipped_data(tmp_path
         cfg = load_config(name, ["model.device=auto"])
         keys = [k for k in ("data.train", "data.val") if OmegaConf.select(cfg, k) is not None]
         try:
-            rows = {key: load_rows(cfg, registry, key, keep=False) for key in keys}
+            rows = {key: load_rows(cfg, registry, key) for key in keys}
         except errors.ConfigError:
             if name in needs_prepared_data:
                 continue
             raise
-        check_rows(cfg, registry, rows)
+        assert row_check_problems(cfg, registry, rows) == [], name
         checked.append(name)
     assert {"default", "tiny"} <= set(checked) and not set(checked) & needs_prepared_data
 

@@ -71,8 +71,11 @@ def test_plugin_cli_command(cli):
 
 @pytest.fixture
 def config_file(tmp_path):
+    rows = tmp_path / "rows.jsonl"  # a good row: the config's one mistake is the override's
+    rows.write_text('{"prompt": "What is 2+2?", "reward_model": {"ground_truth": "4"}}\n')
     path = tmp_path / "cfg.yaml"
-    path.write_text("env:\n  name: tool_env\n  tools: [calculator]\ndata:\n  train: {name: jsonl, path: rows.jsonl}\n")
+    path.write_text(f"env:\n  name: tool_env\n  tools: [calculator]\n"
+                    f"data:\n  train: {{name: jsonl, path: {rows}}}\n")
     return path
 
 

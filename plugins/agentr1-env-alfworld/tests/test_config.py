@@ -46,7 +46,7 @@ def test_the_sample_rows_carry_what_the_rewards_declare(monkeypatch):
     cfg = load_config("alfworld-cpu")
     assert cfg.reward.name == "alfworld_progress"
     registry = configure_registry(cfg.plugins.allow, cfg.plugins.block)
-    rows = {key: load_rows(cfg, registry, key, keep=False) for key in ("data.train", "data.val")}
+    rows = {key: load_rows(cfg, registry, key) for key in ("data.train", "data.val")}
     check_rows(cfg, registry, rows)
     bare = {"prompt": "put a clean ladle in a drawer", "env_kwargs": {"gamefile": "/games/1/game.tw-pddl"}}
     with pytest.raises(ConfigError) as raised:

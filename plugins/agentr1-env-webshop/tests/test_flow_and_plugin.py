@@ -59,7 +59,7 @@ def test_the_recipe_rows_carry_the_goal_the_env_reads():
     from agentr1_core.preflight import check_rows, load_rows
 
     cfg, registry = load_config("webshop-cpu"), get_registry()
-    rows = {key: load_rows(cfg, registry, key, keep=False) for key in ("data.train", "data.val")}
+    rows = {key: load_rows(cfg, registry, key) for key in ("data.train", "data.val")}
     check_rows(cfg, registry, rows)
     prompt_only = {"prompt": rows["data.val"][0]["prompt"]}
     with pytest.raises(ConfigError) as raised:

@@ -8,7 +8,8 @@ from agentr1_core.specs import AgentFlowSpec
 @hookimpl
 def agentr1_agent_flows():
     return [AgentFlowSpec("openai_agent", "agentr1_gateway.flow:OpenAIAgentFlow",
-                          "run an existing OpenAI-client agent function; each chat-completion call is one step")]
+                          "run an existing OpenAI-client agent function; each chat-completion call is one step",
+                          code_params=("agent",))]  # the agent's code: shown and checked for a run folder's config
 
 
 @hookimpl

@@ -212,7 +212,7 @@ def test_the_recipe_rows_carry_what_the_env_and_rewards_declare():
     registry = get_registry()
     for name in ("papersearch-cpu", "papersearch"):
         cfg = load_config(name)
-        rows = {key: load_rows(cfg, registry, key, keep=False) for key in ("data.train", "data.val")}
+        rows = {key: load_rows(cfg, registry, key) for key in ("data.train", "data.val")}
         check_rows(cfg, registry, rows)
     cfg = load_config("papersearch-cpu", ["reward.name=paper_selector"])
     no_query = {**ROW, "extra_info": {"date": "2025-01"}}

@@ -111,7 +111,7 @@ def test_the_recipe_rows_carry_what_the_env_and_reward_declare():
     from agentr1_core.preflight import check_rows, load_rows
 
     cfg, registry = load_config("hotpotqa-cpu"), get_registry()
-    rows = load_rows(cfg, registry, "data.train", keep=False)
+    rows = load_rows(cfg, registry, "data.train")
     check_rows(cfg, registry, {"data.train": rows})
     no_gold = {**rows[1], "reward_model": {"style": "rule"}}
     typo = {"env_kwargs": {"max_passage": 3}}

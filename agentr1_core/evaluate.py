@@ -3,8 +3,11 @@
 Given a run directory, it uses the config the run saved there (``config.yaml``) and, unless told otherwise, the
 run's latest checkpoint; it says which checkpoint it used.
 
-Builds the run's components exactly as the local trainer does, loads the weights of a checkpoint (``latest``: the
-newest complete one in the config's ``run_dir``; omitted: the configured model as it is), runs ``validation.n``
+Checks the config as ``run`` does (every problem at once, exit 2); a config read from a run directory names code
+only as ``run RUN_DIR`` allows (``agentr1_core.trust``: shown, and refused outside the installed packages unless
+``--trust-code``), and the checkpoint's state loads as data only. Builds the run's components exactly as the
+local trainer does, loads the weights of a checkpoint (``latest``: the newest complete one in the config's
+``run_dir``; omitted: the configured model as it is), runs ``validation.n``
 episodes per ``data.val`` row (``validation.temperature``, greedy by default) and writes a JSON report: mean reward,
 success rate, steps, termination reasons and tool errors, overall and per ``data_source``, plus the means of every
 numeric per-episode metric a reward or env put in ``Trajectory.metrics`` (EM, F1, score, ...).
@@ -33,7 +36,7 @@ class _NoMetrics:
         return None
 
 
-def eval_trainer(cfg: Any, registry: Any) -> Any:
+def eval_trainer(cfg: Any, registry: Any, rows: dict[str, list[dict[str, Any]]] | None = None) -> Any:
     """The local trainer's setup and rollout, without resume, metric files or training (torch loads here, so that
     registering the command stays light)."""
     from agentr1_core.trainers.local import LocalTrainer
@@ -42,7 +45,7 @@ def eval_trainer(cfg: Any, registry: Any) -> Any:
         def make_writer(self) -> Any:
             return _NoMetrics()
 
-    return EvalTrainer(cfg, registry)
+    return EvalTrainer(cfg, registry, rows=rows)
 
 
 def resolve_checkpoint(spec: str | None, run_dir: str | Path) -> Path | None:
@@ -59,25 +62,25 @@ def resolve_checkpoint(spec: str | None, run_dir: str | Path) -> Path | None:
     return path
 
 
-def evaluate(cfg: Any, registry: Any, checkpoint: str | None = None,
-             episodes: list[Any] | None = None) -> dict[str, Any]:
+def evaluate(cfg: Any, registry: Any, checkpoint: str | None = None, episodes: list[Any] | None = None,
+             rows: dict[str, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
     """Run validation with the weights of ``checkpoint``; returns the report (the trajectories are appended to
-    ``episodes`` when given)."""
+    ``episodes`` when given). ``rows``: the dataset rows the checks already read, by config key. The checkpoint's
+    state is read (as data only) before anything is built."""
     from agentr1_core.lifecycle.trainer_state import load_weights
     from agentr1_core.trainers.metrics import validation_metrics
 
     cfg.trainer.resume = "never"
     ckpt = resolve_checkpoint(checkpoint, cfg.run_dir)
-    trainer = eval_trainer(cfg, registry)
+    state = load_state(ckpt) if ckpt is not None else {}
+    trainer = eval_trainer(cfg, registry, rows)
     try:
         trainer.setup()
         if not trainer.val_rows:
             raise FileNotFoundError("the config has no validation rows (set data.val)")
-        state: dict[str, Any] = {}
         if ckpt is not None:
             load_weights(trainer.backend.policy.model, ckpt / "model")
             trainer.backend.publish_weights()
-            state = load_state(ckpt)
         trajs, seconds = trainer.rollout(trainer.val_rows, int(cfg.validation.n), trainer.val_sampling,
                                          desc="eval", prefix="eval-")
         result = validation_metrics(trajs)
@@ -95,26 +98,24 @@ def evaluate(cfg: Any, registry: Any, checkpoint: str | None = None,
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from agentr1_core.cli import _split_config_args
-    from agentr1_core.config import load_config
+    from agentr1_core.components import code_refs
+    from agentr1_core.config import config_from_items
     from agentr1_core.lifecycle.metrics import clean, write_episodes
-    from agentr1_core.lifecycle.run_dir import saved_config
     from agentr1_core.plugins import configure_registry
     from agentr1_core.preflight import preflight
+    from agentr1_core.trust import check_code_refs
 
-    config, overrides = _split_config_args(args.items)
-    checkpoint = args.checkpoint
-    saved = saved_config(config) if config else None
-    if saved is not None:  # eval RUN_DIR: the run's own config, its run_dir, its latest checkpoint
-        cfg = load_config(str(saved), [f"run_dir={Path(config)}", *overrides])
+    given = config_from_items(args.items)
+    cfg, checkpoint = given.cfg, args.checkpoint
+    if given.run_folder is not None:  # eval RUN_DIR: the run's own config, its run_dir, its latest checkpoint
         checkpoint = checkpoint or "latest"
-    else:
-        cfg = load_config(config, overrides)
     registry = configure_registry(cfg.plugins.allow, cfg.plugins.block)
-    preflight(cfg, registry)
+    if given.run_folder is not None:
+        check_code_refs(code_refs(cfg, registry, given.run_folder), given.run_folder, args.trust_code)
+    checked = preflight(cfg, registry, problems=given.problems)
     t0 = time.perf_counter()
     trajs: list[Any] = []
-    report = evaluate(cfg, registry, checkpoint, episodes=trajs)
+    report = evaluate(cfg, registry, checkpoint, episodes=trajs, rows=checked.rows)
     print(f"[eval] checkpoint {report['checkpoint'] or 'none (the configured model as it is)'}", flush=True)
     name = Path(report["checkpoint"]).name if report["checkpoint"] else "base"
     out = Path(args.out) if args.out else Path(str(cfg.run_dir)) / f"eval_{name}.json"
@@ -133,4 +134,6 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="a checkpoint folder, or 'latest' in run_dir (default: the configured model as is; "
                              "for a RUN_DIR: latest)")
     parser.add_argument("--out", default=None, help="JSON report path (default RUN_DIR/eval_<checkpoint>.json)")
+    parser.add_argument("--trust-code", action="store_true",
+                        help="import code that the run folder's config names outside the installed packages")
     parser.set_defaults(func=cmd_eval)
