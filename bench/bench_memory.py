@@ -30,7 +30,7 @@ from common import machine_info, parse_args, print_table, results_dir, run_json_
 def child_sft(args: argparse.Namespace) -> dict:
     import torch
 
-    from agentr1_core.lifecycle.memory import PhasePeaks, module_mb, optimizer_mb, rss_mb, tensor_mb
+    from agentr1_core.memory import PhasePeaks, module_mb, optimizer_mb, rss_mb, tensor_mb
     from agentr1_core.mdp import Step, Trajectory
     from agentr1_core.models import load_model_and_tokenizer
     from agentr1_core.trainers.batching import trajectories_to_rows
@@ -71,7 +71,7 @@ def child_sft(args: argparse.Namespace) -> dict:
 def child_kv(args: argparse.Namespace) -> dict:
     import torch
 
-    from agentr1_core.lifecycle.memory import PhasePeaks, rss_mb
+    from agentr1_core.memory import PhasePeaks, rss_mb
     from agentr1_core.models import load_model_and_tokenizer
     from agentr1_core.rollout.base import SamplingParams
     from agentr1_core.rollout.transformers_engine import TransformersEngine

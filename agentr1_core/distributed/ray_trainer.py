@@ -112,8 +112,10 @@ class RayBackend(LocalBackend):
 
 
 def ray_training_loop(config: Any, registry: Any, worker_config: dict[str, Any], settings: ClusterSettings,
-                      run_name: str, callbacks: list[Any] | None = None) -> TrainingLoop:
-    return TrainingLoop(config, registry, RayBackend(config, registry, worker_config, settings, run_name), callbacks)
+                      run_name: str, callbacks: list[Any] | None = None,
+                      rows: dict[str, list[dict[str, Any]]] | None = None) -> TrainingLoop:
+    return TrainingLoop(config, registry, RayBackend(config, registry, worker_config, settings, run_name), callbacks,
+                        rows)
 
 
 class TrainerActor:
@@ -167,10 +169,12 @@ def user_error_behind(exc: BaseException) -> BaseException | None:
 class RayTrainer:
     """Plugin entry (trainer ``ray``): start/join Ray, run the trainer in an actor or here, shut down."""
 
-    def __init__(self, config: Any, registry: Any, callbacks: list[Any] | None = None) -> None:
+    def __init__(self, config: Any, registry: Any, callbacks: list[Any] | None = None,
+                 rows: dict[str, list[dict[str, Any]]] | None = None) -> None:
         self.cfg = config
         self.registry = registry
         self.callbacks = list(callbacks or [])
+        self.rows = rows  # what the driver's checks read: used when the loop runs here (the actor reads its own)
         self.settings = ClusterSettings.from_params(OmegaConf.to_container(config.trainer.params, resolve=True))
         if self.callbacks and self.settings.trainer_in_actor:
             raise ValueError("callbacks need trainer.params.trainer_in_actor=false (they live in the driver)")
@@ -214,7 +218,7 @@ class RayTrainer:
                         raise cause from None
                     raise
             loop = ray_training_loop(trainer_side_config(container), self.registry, container, self.settings,
-                                     self.run_name, callbacks=self.callbacks)
+                                     self.run_name, callbacks=self.callbacks, rows=self.rows)
             return loop.fit()
         finally:
             if actor is not None:

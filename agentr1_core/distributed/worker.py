@@ -56,7 +56,7 @@ class RolloutWorker:
         from omegaconf import OmegaConf
 
         from agentr1_core.config import RunConfig, component
-        from agentr1_core.lifecycle.memory import set_mmap_threshold
+        from agentr1_core.memory import set_mmap_threshold
         from agentr1_core.plugins import configure_registry
 
         import torch
@@ -171,7 +171,7 @@ class RolloutWorker:
     async def run_episodes(self, episodes: list[tuple[dict[str, Any], str, str]], sampling: SamplingParams,
                            policy: str = "model", weights: tuple[int, list[Any]] | None = None) -> dict[str, Any]:
         from agentr1_core.flows import FlowContext
-        from agentr1_core.lifecycle.memory import trim
+        from agentr1_core.memory import trim
         from agentr1_core.rollout.driver import current_episode_uid, run_episode
 
         t_start = time.perf_counter()

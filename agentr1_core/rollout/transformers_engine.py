@@ -44,7 +44,7 @@ Memory. The running batch's key/value buffers have row slots for the requests in
 they are freed, and the next prefill allocates them again. The prefix store keeps at most ``prefix_cache_mb``; the
 idle engine drops it as soon as the module is in training mode or its weights changed (it would be dropped at the
 next admission anyway), so it is usually not held through the update. What the idle engine frees goes back to the
-OS at once (``lifecycle.memory.trim``): this thread's malloc arena is not reused by the trainer's thread. So do the
+OS at once (``memory.trim``): this thread's malloc arena is not reused by the trainer's thread. So do the
 temporaries of each prefill (the decode steps after it allocate far less). ``max_kv_mb`` (0: no limit) caps the
 buffers: a request joins only while every row slot of the buffers, at the width the rows in flight will reach (the
 longest prompt plus its ``max_new_tokens``, and the buffers' growth headroom), fits in that many MiB; the others
@@ -69,7 +69,7 @@ from typing import Any
 import torch
 
 from agentr1_core.cpu_linears import DEFAULT_WEIGHT_MAJOR_ROWS, CpuLinears
-from agentr1_core.lifecycle.memory import trim
+from agentr1_core.memory import trim
 
 from .base import Generation, SamplingParams
 from .prefix_cache import BLOCK, PrefixStore, chain_hashes

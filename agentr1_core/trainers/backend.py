@@ -34,7 +34,12 @@ class RunInputs:
 
 @runtime_checkable
 class Backend(Protocol):
-    """The methods the loop calls, in the order it calls them."""
+    """The members the loop uses, methods in the order it calls them. The loop reaches nothing else of a backend
+    (the conformance suite checks both: ``tests/distributed/test_backend_conformance.py``)."""
+
+    #: where the trained tensors live (``cpu``, ``cuda``, ``cuda:1``); set by ``__init__``, final after ``build``.
+    #: Off the CPU the loop lists ``memory_parts`` beside the device's peaks instead of inside the host's.
+    device: str
 
     def build(self, run: RunInputs) -> str:
         """Load the models, start engines and workers; return one line for the ``[setup]`` message."""
@@ -57,8 +62,12 @@ class Backend(Protocol):
 
     def snapshot_weights(self) -> Any:
         """A copy of the weights the rollouts need, taken right after an update (``trainer.max_staleness`` > 0:
-        the next update may start before the snapshot is published). A backend that measures something while it
-        takes it (verl: ``weight_change``) may offer ``take_snapshot_metrics()``."""
+        the next update may start before the snapshot is published). What was measured while taking it comes from
+        ``take_snapshot_metrics``."""
+
+    def take_snapshot_metrics(self) -> dict[str, Any]:
+        """Metrics of the last ``snapshot_weights`` (verl: ``weight_change``, the gather time), once; ``{}`` when
+        nothing was measured."""
 
     def publish_weights(self, snapshot: Any = None) -> dict[str, Any]:
         """Make ``snapshot`` (default: the current weights) the one the next rollout samples from; never called
@@ -67,8 +76,16 @@ class Backend(Protocol):
     def take_stats(self) -> dict[str, Any]:
         """Counters since the last call (engine prefix cache, ``dist/*`` worker counters); ``{}`` when none."""
 
+    def memory_parts(self) -> dict[str, float]:
+        """MiB of what the backend holds in this process, by part (weights, optimizer, gradients, activations, KV
+        buffers, ...), measured on its tensors after each phase; ``{}`` when its models live in other processes
+        (which the loop counts as child processes)."""
+
     def save_checkpoint(self, run_dir: Path, iteration: int, loop_state: dict[str, Any], metrics_offset: int) -> Path:
         """Write a complete checkpoint of iteration ``iteration`` atomically, with the loop's state in it."""
+
+    def release_optimizer_state(self) -> None:
+        """Free the optimizer's state once training is over and saved: only the last validation follows."""
 
     def load_latest_checkpoint(self, run_dir: Path) -> tuple[Path, dict[str, Any], int] | None:
         """Restore the newest complete checkpoint; returns (its path, the loop state saved in it, the metrics offset)

@@ -97,6 +97,7 @@ class LocalBackend:
     def __init__(self, config: Any, registry: Any) -> None:
         self.cfg = config
         self.registry = registry
+        self.device = "cpu"  # resolved from model.device in build
         self.engine: Any = None
         self.critic_prefix: Any = None  # algorithms.critic_prefix.CriticPrefixes when critic.prefix is set
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -252,7 +253,7 @@ class LocalBackend:
                              max_grad_norm=float(self.cfg.trainer.max_grad_norm), generator=gen)
         for group, lr in zip(self.optimizer.param_groups, scheduled):
             group["lr"] = lr  # where the scheduler left them: RL's first step gets its first warm-up factor
-        from agentr1_core.lifecycle.memory import optimizer_mb
+        from agentr1_core.memory import optimizer_mb
 
         self.sft_optimizer_mb = optimizer_mb(self.optimizer)  # for the account of the SFT phase
         self.optimizer.state.clear()  # fresh moments for RL
@@ -314,9 +315,12 @@ class LocalBackend:
         """A copy of the trained weights, named as in the module the engine runs (for ``publish_weights``)."""
         return {n: p.detach().clone() for n, p in self.policy_engine_module.named_parameters() if p.requires_grad}
 
+    def take_snapshot_metrics(self) -> dict[str, Any]:
+        return {}  # a snapshot is a copy in this process: nothing measured beside its time
+
     def release_optimizer_state(self) -> None:
         """Free the optimizers' moments once training is over and saved (the last validation does not need them)."""
-        from agentr1_core.lifecycle.memory import trim
+        from agentr1_core.memory import trim
 
         self.optimizer.state.clear()
         if self.policy.critic is not None:
@@ -345,7 +349,7 @@ class LocalBackend:
         the passes since the last call saved for its backward (``update.SavedActivations``), the engine's KV buffers
         at their peak since the last call and its prefix cache; plus the algorithm's own (``memory_parts()`` of a
         distillation teacher, for instance)."""
-        from agentr1_core.lifecycle.memory import module_mb, optimizer_mb, tensor_mb
+        from agentr1_core.memory import module_mb, optimizer_mb, tensor_mb
 
         policy = self.policy
         parts = {"weights": module_mb(policy.model) + module_mb(policy.value_head),
@@ -446,5 +450,6 @@ class LocalBackend:
 class LocalTrainer(TrainingLoop):
     """The training loop on the ``local`` backend (the plugin ``trainer.name: local``)."""
 
-    def __init__(self, config: Any, registry: Any, callbacks: list[Any] | None = None) -> None:
-        super().__init__(config, registry, LocalBackend(config, registry), callbacks)
+    def __init__(self, config: Any, registry: Any, callbacks: list[Any] | None = None,
+                 rows: dict[str, list[dict[str, Any]]] | None = None) -> None:
+        super().__init__(config, registry, LocalBackend(config, registry), callbacks, rows)

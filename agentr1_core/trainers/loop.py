@@ -35,11 +35,10 @@ from agentr1_core.config import ConfigError, component
 from agentr1_core.lifecycle import warm_start
 from agentr1_core.lifecycle.checkpoint import check_run_dir
 from agentr1_core.lifecycle.episode_errors import check_expert_steps, report_episode_errors
-from agentr1_core.lifecycle.memory import (
+from agentr1_core.memory import (
     PhasePeaks, account, account_line, child_processes_mb, device_account, rss_mb, trim,
 )
 from agentr1_core.lifecycle.metrics import MetricsLogger, truncate_metrics, write_episodes, write_train_episodes
-from agentr1_core.preflight import take_rows
 from agentr1_core.rollout.base import SamplingParams
 from agentr1_core.rollout.driver import split_greedy
 from agentr1_core.trainers.backend import Backend, RunInputs
@@ -50,7 +49,7 @@ from agentr1_core.trainers.metrics import (
 )
 from agentr1_core.trainers.pipeline import InlineRollouts, PipelinedRollouts, staleness_metrics, tag_versions
 from agentr1_core.trainers.seeding import seed_everything
-from agentr1_core.validation import STAGES
+from agentr1_core.trainers.settings import LoopSettings
 
 
 class DataOrder:
@@ -91,27 +90,18 @@ def as_tuples(value: Any) -> Any:
     return tuple(as_tuples(v) for v in value) if isinstance(value, (list, tuple)) else value
 
 
-def sampling_params(cfg: Any) -> tuple[SamplingParams, SamplingParams]:
-    """(training, validation) sampling from ``rollout`` and ``validation``."""
-    ro = cfg.rollout
-    train = SamplingParams(temperature=float(ro.temperature), top_p=float(ro.top_p), top_k=int(ro.top_k),
-                           max_new_tokens=int(ro.max_new_tokens), stop=list(ro.stop))
-    val = SamplingParams(temperature=float(cfg.validation.temperature), top_p=1.0, top_k=0,
-                         max_new_tokens=int(ro.max_new_tokens), stop=list(ro.stop))
-    return train, val
-
-
-def dataset_rows(cfg: Any, registry: Any, key: str) -> list[dict[str, Any]]:
-    name, params = component(cfg, key)
-    return take_rows(name, params) or list(registry.build("dataset", name, params, where=key))
-
-
 class TrainingLoop:
-    def __init__(self, config: Any, registry: Any, backend: Backend, callbacks: list[Any] | None = None) -> None:
+    """``rows``: the dataset rows the run's checks already read (``preflight.Checked.rows``, by config key), so
+    that they are not read again; a key without rows is read here."""
+
+    def __init__(self, config: Any, registry: Any, backend: Backend, callbacks: list[Any] | None = None,
+                 rows: dict[str, list[dict[str, Any]]] | None = None) -> None:
         self.cfg = config
+        self.settings = LoopSettings.from_config(config)  # what the loop reads from the config, typed once
         self.registry = registry
         self.backend = backend
         self.callbacks = list(callbacks or [])
+        self.given_rows = dict(rows or {})
         self.run_dir = Path(str(config.run_dir))
         self.iteration = 0
         self.history: dict[str, Any] = {}
@@ -126,29 +116,23 @@ class TrainingLoop:
         self.started = time.perf_counter()  # this process's share of the run's wall time starts here (``fit``)
         self.earlier_wall_seconds: list[float] = []  # the processes before a resume, each up to its checkpoint
         self._setup_done = False
-        self.stages = [str(s) for s in config.stages]
-        unknown = [s for s in self.stages if s not in STAGES]
-        if unknown:
-            raise ConfigError(f"config error at stages: unknown stage {unknown[0]!r}; valid: {', '.join(STAGES)}")
-        if str(config.trainer.resume) not in ("never", "auto"):
-            raise ConfigError(f"config error at trainer.resume: must be 'never' or 'auto', got "
-                              f"{str(config.trainer.resume)!r}")
+        self.stages = list(self.settings.stages)
+        self.sampling, self.val_sampling = self.settings.train_sampling, self.settings.val_sampling
 
     # -- setup ------------------------------------------------------------------------------------------------------
     def setup(self) -> None:
         if self._setup_done:
             return
-        cfg = self.cfg
-        check_run_dir(self.run_dir, int(float(cfg.trainer.min_free_gb) * 1024 ** 3))
-        seed_everything(int(cfg.seed))
-        self.train_rows = dataset_rows(cfg, self.registry, "data.train")
+        cfg, settings = self.cfg, self.settings
+        check_run_dir(self.run_dir, settings.min_free_bytes)
+        seed_everything(settings.seed)
+        self.train_rows = self.dataset_rows("data.train")
         if not self.train_rows:
             raise ConfigError("config error at data.train: the dataset produced no rows")
-        self.val_rows = dataset_rows(cfg, self.registry, "data.val") if OmegaConf.select(cfg, "data.val") else []
-        if int(cfg.validation.max_rows) > 0:
-            self.val_rows = self.val_rows[: int(cfg.validation.max_rows)]
-        self.data = DataOrder(self.train_rows, int(cfg.seed))
-        self.sampling, self.val_sampling = sampling_params(cfg)
+        self.val_rows = self.dataset_rows("data.val") if OmegaConf.select(cfg, "data.val") else []
+        if settings.validation_max_rows > 0:
+            self.val_rows = self.val_rows[:settings.validation_max_rows]
+        self.data = DataOrder(self.train_rows, settings.seed)
         name, params = component(cfg, "algorithm")
         self.algorithm = self.registry.build("algorithm", name, params, where="algorithm")
         # ReMax: each training rollout adds one greedy episode per row, its baseline (never trained on)
@@ -161,7 +145,7 @@ class TrainingLoop:
         self._call_back("on_backend_ready")  # e.g. signal handlers back from a library that replaced them
         self._setup_done = True
         offset = None
-        if str(cfg.trainer.resume) == "auto":
+        if settings.resume:
             found = self.backend.load_latest_checkpoint(self.run_dir)
             if found is not None:
                 self.resumed_from, state, offset = found
@@ -173,6 +157,14 @@ class TrainingLoop:
             print(f"[resume] {self.resumed_from} (iteration {self.iteration}); dropped {dropped} metric records "
                   f"written after it", flush=True)
 
+    def dataset_rows(self, key: str) -> list[dict[str, Any]]:
+        """The rows of the dataset at ``key``: those handed over (once), else read now."""
+        rows = self.given_rows.pop(key, None)
+        if rows is not None:
+            return list(rows)
+        name, params = component(self.cfg, key)
+        return list(self.registry.build("dataset", name, params, where=key))
+
     def make_writer(self) -> Any:
         return MetricsLogger(self.run_dir, config=OmegaConf.to_container(self.cfg, resolve=True),
                              purge_step=self.iteration + 1 if self.resumed_from is not None else None)
@@ -181,7 +173,7 @@ class TrainingLoop:
     def state_dict(self) -> dict[str, Any]:
         data = self.consumed_data_state if self.consumed_data_state is not None else self.data.state_dict()
         return {"iteration": self.iteration, "history": json.loads(json.dumps(self.history, default=str)),
-                "data": data, "python_rng": random.getstate(), "seed": int(self.cfg.seed),
+                "data": data, "python_rng": random.getstate(), "seed": self.settings.seed,
                 "wall_seconds": self.wall_seconds_by_process()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -207,7 +199,7 @@ class TrainingLoop:
         return path
 
     def checkpoint_due(self) -> bool:
-        every, total = int(self.cfg.trainer.checkpoint_every), int(self.cfg.trainer.total_steps)
+        every, total = self.settings.checkpoint_every, self.settings.total_steps
         return every >= 0 and (self.iteration >= total or (every > 0 and self.iteration % every == 0))
 
     # -- rollouts ---------------------------------------------------------------------------------------------------
@@ -222,7 +214,7 @@ class TrainingLoop:
         if not self.val_rows:
             return None
         with self.peaks.phase("validation"):
-            trajs, seconds = self.rollout(self.val_rows, int(self.cfg.validation.n), self.val_sampling,
+            trajs, seconds = self.rollout(self.val_rows, self.settings.validation_n, self.val_sampling,
                                           desc=f"validate ({label})", prefix=f"val-{label}-")
         tag_versions(trajs, self.iteration)  # validation samples the trainer's weights, after this many RL updates
         result = validation_metrics(trajs)
@@ -240,8 +232,7 @@ class TrainingLoop:
 
     # -- stages -----------------------------------------------------------------------------------------------------
     def run_sft(self) -> dict[str, Any]:
-        sft = self.cfg.sft
-        rows = self.data.take(min(int(sft.rows), len(self.train_rows)))
+        rows = self.data.take(min(self.settings.sft_rows, len(self.train_rows)))
         trajs, seconds = self.rollout(rows, 1, self.sampling, policy="expert", desc="expert rollouts", prefix="sft-")
         expert = rollout_metrics(trajs, seconds)
         record: dict[str, Any] = {"event": "sft", "expert_episodes": len(trajs),
@@ -266,11 +257,11 @@ class TrainingLoop:
 
     def rollout_source(self) -> Any:
         """Where RL rollouts come from: in turn, or ahead of the update (``trainer.max_staleness`` > 0)."""
-        staleness = int(self.cfg.trainer.max_staleness)
+        staleness = self.settings.max_staleness
         return PipelinedRollouts(self, staleness) if staleness > 0 else InlineRollouts(self)
 
     def train_iteration(self, source: Any = None) -> dict[str, Any]:
-        cfg = self.cfg
+        settings = self.settings
         started = time.perf_counter()
         self.iteration += 1
         source = source if source is not None else InlineRollouts(self)
@@ -280,7 +271,7 @@ class TrainingLoop:
         metrics: dict[str, Any] = {"iteration": self.iteration, "data_epoch": batch.data_epoch,
                                    **rollout_metrics(sampled, batch.seconds)}
         report_episode_errors(self, trajs, f"iteration {self.iteration}", metrics)
-        write_train_episodes(self.run_dir, self.iteration, trajs, int(cfg.trainer.keep_train_episodes))
+        write_train_episodes(self.run_dir, self.iteration, trajs, settings.keep_train_episodes)
         metrics.update(batch.metrics)  # what the rollout's producer measured (a pipeline's counters and waits)
         if source.max_staleness > 0:
             trajs, ages = staleness_metrics(trajs, self.iteration - 1, source.max_staleness)
@@ -294,8 +285,7 @@ class TrainingLoop:
                 metrics.update(source.after_update(self.iteration))
         metrics.update(source.stats())
         metrics.update(self.memory_metrics(("rollout", "update")))
-        total = int(cfg.trainer.total_steps)
-        every = int(cfg.validation.every)
+        total, every = settings.total_steps, settings.validation_every
         if every > 0 and self.iteration % every == 0 and self.iteration < total:
             with source.paused():
                 metrics["validation"] = self.validate(f"iter{self.iteration}")
@@ -319,8 +309,7 @@ class TrainingLoop:
     def memory_metrics(self, phases: tuple[str, ...]) -> dict[str, float]:
         """``memory/<phase>_peak_mb`` of the phases just run and ``memory/<part>_mb`` of what the backend holds.
         Each phase keeps the parts measured after its highest peak, for the account."""
-        measure = getattr(self.backend, "memory_parts", None)
-        parts = measure() if callable(measure) else {}
+        parts = dict(self.backend.memory_parts())
         children = child_processes_mb()
         if children:
             parts["child_processes"] = children
@@ -338,14 +327,14 @@ class TrainingLoop:
     def parts_on_device(self) -> bool:
         """Whether the tensors the backend measures live on an accelerator (``model.device`` cuda): then they are
         no part of the host's resident set."""
-        return not str(getattr(self.backend, "device", "cpu")).startswith("cpu")
+        return not str(self.backend.device).startswith("cpu")
 
     def memory_account(self) -> dict[str, dict[str, Any]]:
-        """Each phase's highest peak, laid out by the parts measured after it (``lifecycle.memory.account``). The
+        """Each phase's highest peak, laid out by the parts measured after it (``memory.account``). The
         engine's KV buffers and its prefix cache count in the generating phases only (the idle engine frees both
         once the model trains), gradients and activations in the training phases only. When they live on an
         accelerator the host's peak is laid out as baseline + unexplained, and ``device`` beside it holds the
-        device's peaks of the phase and those tensors (``lifecycle.memory.device_account``)."""
+        device's peaks of the phase and those tensors (``memory.device_account``)."""
         out = {}
         on_device = self.parts_on_device()
         engine_parts = ("kv_peak", "prefix_cache")
@@ -384,7 +373,7 @@ class TrainingLoop:
         stages = self.stages
         print(f"[setup] {self.backend_line}; {len(self.train_rows)} train rows, {len(self.val_rows)} validation rows; "
               f"stages {stages}", flush=True)
-        if self.iteration == 0 and self.resumed_from is None and self.cfg.validation.before:
+        if self.iteration == 0 and self.resumed_from is None and self.settings.validate_before:
             self.validate("before_sft" if "sft" in stages else "before_rl")
         if "sft" in stages and "sft" not in self.history:
             self.run_sft()
@@ -396,18 +385,16 @@ class TrainingLoop:
         if "rl" in stages:
             self.backend.start_rl(after_sft="sft" in self.history)
             with self.rollout_source() as source:
-                while self.iteration < int(self.cfg.trainer.total_steps):
+                while self.iteration < self.settings.total_steps:
                     self.train_iteration(source)
-        if int(self.cfg.trainer.checkpoint_every) >= 0:
+        if self.settings.checkpoint_every >= 0:
             self.save_checkpoint()  # the final state (a no-op when the last iteration just wrote it)
         if "rl" in stages:
-            release = getattr(self.backend, "release_optimizer_state", None)
-            if callable(release):  # trained and saved: the last validation does not need the optimizer's moments
-                release()
+            self.backend.release_optimizer_state()  # trained and saved: the last validation does not need it
             self.validate("after_rl")
         by_process = self.wall_seconds_by_process()
         self.history.update(wall_seconds=sum(by_process), wall_seconds_by_process=by_process,
-                            peak_rss_mb=peak_rss_mb(), iterations=self.iteration, seed=int(self.cfg.seed),
+                            peak_rss_mb=peak_rss_mb(), iterations=self.iteration, seed=self.settings.seed,
                             memory=self.memory_account())
         for phase, acc in self.history["memory"].items():
             print(account_line(phase, acc), flush=True)

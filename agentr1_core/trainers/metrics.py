@@ -10,13 +10,13 @@ import statistics
 from collections import Counter
 from typing import Any, Sequence
 
-from agentr1_core.lifecycle.memory import overall_peak_mb
+from agentr1_core.memory import overall_peak_mb
 from agentr1_core.mdp import Trajectory
 
 
 def peak_rss_mb() -> float:
     """Peak resident memory of the run in MiB, since it started: the figure ``/usr/bin/time -v`` reports
-    (``lifecycle.memory.overall_peak_mb``)."""
+    (``memory.overall_peak_mb``)."""
     return overall_peak_mb()
 
 

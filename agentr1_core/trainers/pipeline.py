@@ -103,10 +103,10 @@ class InlineRollouts:
 
     def next(self, iteration: int) -> RolloutBatch:
         loop = self.loop
-        rows = loop.data.take(int(loop.cfg.rollout.batch_size))
+        rows = loop.data.take(loop.settings.batch_size)
         loop.backend.take_stats()  # start the counters' window at this rollout
         with loop.peaks.phase("rollout"):
-            trajs, seconds = loop.rollout(rows, int(loop.cfg.rollout.n), loop.sampling, desc=f"rollout {iteration}",
+            trajs, seconds = loop.rollout(rows, loop.settings.n, loop.sampling, desc=f"rollout {iteration}",
                                           prefix=f"it{iteration}-", **greedy_baseline(loop))
         tag_versions(trajs, iteration - 1)
         return RolloutBatch(iteration, rows, trajs, seconds, version=iteration - 1, data_epoch=loop.data.epoch)
@@ -133,7 +133,7 @@ class PipelinedRollouts:
             raise ValueError("max_staleness must be >= 0")
         self.loop = loop
         self.max_staleness = int(max_staleness)
-        self.total = int(loop.cfg.trainer.total_steps)
+        self.total = loop.settings.total_steps
         self.cond = threading.Condition()
         self.engine_lock = threading.Lock()  # held by the producer while it publishes or generates
         self.ready: collections.deque[RolloutBatch] = collections.deque()
@@ -210,8 +210,7 @@ class PipelinedRollouts:
         t0 = time.perf_counter()
         backend = self.loop.backend
         self.pending = (backend.snapshot_weights(), int(iteration))
-        measured = getattr(backend, "take_snapshot_metrics", None)  # e.g. verl's weight_change
-        return {"snapshot_seconds": time.perf_counter() - t0, **(measured() if callable(measured) else {})}
+        return {"snapshot_seconds": time.perf_counter() - t0, **backend.take_snapshot_metrics()}
 
     def iteration_end(self, iteration: int) -> None:
         self.post_weights(iteration)
@@ -252,7 +251,6 @@ class PipelinedRollouts:
 
     def _produce(self) -> None:
         loop = self.loop
-        cfg = loop.cfg
         try:
             while True:
                 with self.cond:
@@ -269,10 +267,10 @@ class PipelinedRollouts:
                     with self.cond:  # the newest weights (validation may have published them meanwhile)
                         snapshot, version = self.snapshot, self.snapshot_version
                     published = self._publish(snapshot, version) or {"publish_seconds": 0.0}
-                    rows = loop.data.take(int(cfg.rollout.batch_size))
+                    rows = loop.data.take(loop.settings.batch_size)
                     data_state, epoch = loop.data.state_dict(), loop.data.epoch
                     loop.backend.take_stats()  # the counters' window starts at this rollout
-                    trajs, seconds = loop.rollout(rows, int(cfg.rollout.n), loop.sampling,
+                    trajs, seconds = loop.rollout(rows, loop.settings.n, loop.sampling,
                                                   desc=f"rollout {iteration}", prefix=f"it{iteration}-",
                                                   **greedy_baseline(loop))
                     counters = loop.backend.take_stats()

@@ -42,6 +42,7 @@ from agentr1_core.trainers.backend import RunInputs
 from agentr1_core.trainers.loop import TrainingLoop
 from agentr1_core.trainers.roles import check_recompute_mode
 from agentr1_core.trainers.update import off_policy_correction
+from agentr1_core.trust import check_data_files
 
 # verl's metric names -> the local trainer's (both are written: the local name and ``verl/<name>``)
 LOCAL_NAMES = {"loss": "loss", "grad_norm": "grad_norm", "actor/pg_loss": "pg_loss", "actor/pg_clipfrac":
@@ -104,6 +105,7 @@ class VerlBackend:
     def __init__(self, config: Any, registry: Any) -> None:
         self.cfg = config
         self.registry = registry
+        self.device = "cpu"  # picked from the GPUs asked for in build
         params = dict(OmegaConf.to_container(config.trainer.params, resolve=True) or {})
         params.pop("verl", None)
         self.n_gpus = int(params.pop("n_gpus", 1))
@@ -218,6 +220,12 @@ class VerlBackend:
     def take_snapshot_metrics(self) -> dict[str, Any]:
         out, self._snapshot_metrics = self._snapshot_metrics, {}
         return out
+
+    def memory_parts(self) -> dict[str, float]:
+        return {}  # the models live in verl's worker processes, counted by the loop as child processes
+
+    def release_optimizer_state(self) -> None:
+        return None  # verl's workers keep their optimizers; they stop with the run right after the last validation
 
     @property
     def engines_sleep(self) -> bool:
@@ -420,6 +428,7 @@ class VerlBackend:
             return None
         last = found[-1]
         state = json.loads((last / VERL_STATE_FILE).read_text(encoding="utf-8"))
+        check_data_files(last)  # verl unpickles its shards in full: each is first read as data only
         self.groups.load(last)
         self.publish_weights()  # the rollout workers sample from the restored weights
         return last, state["loop"], int(state.get("metrics_offset", 0))
@@ -438,5 +447,6 @@ class VerlBackend:
 class VerlTrainer(TrainingLoop):
     """The training loop on the ``verl`` backend (the plugin ``trainer.name: verl``)."""
 
-    def __init__(self, config: Any, registry: Any, callbacks: list[Any] | None = None) -> None:
-        super().__init__(config, registry, VerlBackend(config, registry), callbacks)
+    def __init__(self, config: Any, registry: Any, callbacks: list[Any] | None = None,
+                 rows: dict[str, list[dict[str, Any]]] | None = None) -> None:
+        super().__init__(config, registry, VerlBackend(config, registry), callbacks, rows)

@@ -1,4 +1,10 @@
-"""No module of agentr1_core imports itself back through others.
+"""No module of agentr1_core imports itself back through others, and no import goes back up a floor.
+
+The floors (docs/architecture.md, "Floors"), lowest first: the base (data model, errors, specs, checks of plain
+values, model files, memory, trust), the run files (``lifecycle/``, a leaf: it imports the base only), the engines and
+algorithms, the front door (plugins, config, components, envs and flows, preflight), the backends (trainers, ray,
+verl), and the commands (cli, runner, eval, scaffold, testing helpers). A module may import its own floor and the
+floors below it.
 
 The graph is read from the source with ``ast``: every ``import`` and ``from ... import`` anywhere in a module, inside
 functions too (a deferred import still ties the two modules together). A package counts as its ``__init__``;
@@ -12,6 +18,21 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "agentr1_core"
+FLOORS = [  # lowest first; a module is on the floor of the longest prefix listed
+    ("base", ["agentr1_core", "agentr1_core.errors", "agentr1_core.kinds", "agentr1_core.specs",
+              "agentr1_core.params", "agentr1_core.declared", "agentr1_core.hookspecs", "agentr1_core.mdp",
+              "agentr1_core.tools", "agentr1_core.tool_formats", "agentr1_core.rows", "agentr1_core.jsonl",
+              "agentr1_core.memory", "agentr1_core.trust", "agentr1_core.fetch", "agentr1_core.attention",
+              "agentr1_core.cpu_linears", "agentr1_core.models", "agentr1_core.validation",
+              "agentr1_core.named_configs", "agentr1_core.http_service"]),
+    ("run files", ["agentr1_core.lifecycle"]),
+    ("engines and algorithms", ["agentr1_core.rollout", "agentr1_core.algorithms"]),
+    ("front door", ["agentr1_core.plugins", "agentr1_core.components", "agentr1_core.config", "agentr1_core.builtin",
+                    "agentr1_core.envs", "agentr1_core.flows", "agentr1_core.preflight", "agentr1_core.tool_rows"]),
+    ("backends", ["agentr1_core.trainers", "agentr1_core.distributed", "agentr1_core.verl"]),
+    ("commands", ["agentr1_core.cli", "agentr1_core.runner", "agentr1_core.evaluate", "agentr1_core.scaffold",
+                  "agentr1_core.testing"]),
+]
 
 
 def _modules() -> dict[str, Path]:
@@ -116,3 +137,39 @@ def test_cycle_finder():
 def test_no_import_cycles():
     cycles = all_cycles(import_graph())
     assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def floor_of(module: str) -> int:
+    """The index in ``FLOORS`` of ``module``: the floor of its longest listed prefix."""
+    best, level = -1, None
+    for index, (_, prefixes) in enumerate(FLOORS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best:
+                best, level = len(prefix), index
+    assert level is not None, f"{module} is on no floor: add it to FLOORS and to docs/architecture.md"
+    return level
+
+
+def test_every_module_is_on_a_floor():
+    for module in import_graph():
+        floor_of(module)
+
+
+def test_no_import_goes_back_up_a_floor():
+    graph = import_graph()
+    upward = sorted(f"{a} ({FLOORS[floor_of(a)][0]}) imports {b} ({FLOORS[floor_of(b)][0]})"
+                    for a, targets in graph.items() for b in targets if floor_of(b) > floor_of(a))
+    assert not upward, "imports that go up a floor:\n" + "\n".join(upward)
+
+
+def test_lifecycle_is_a_leaf_over_the_base():
+    graph = import_graph()
+    for module, targets in graph.items():
+        if module.startswith("agentr1_core.lifecycle"):
+            above = [t for t in targets if not t.startswith("agentr1_core.lifecycle") and floor_of(t) != 0]
+            assert not above, f"{module} imports {above}"
+
+
+def test_the_floor_check_sees_an_upward_import():
+    assert floor_of("agentr1_core.rollout.transformers_engine") < floor_of("agentr1_core.trainers.loop")
+    assert floor_of("agentr1_core.lifecycle.checkpoint") == 1 and floor_of("agentr1_core.memory") == 0

@@ -125,9 +125,9 @@ def loop_state(run_dir: Path) -> dict:
     newest = ckpts[-1]
     if (newest / "agentr1_state.json").is_file():
         return json.loads((newest / "agentr1_state.json").read_text())["loop"]
-    import torch
+    from agentr1_core.lifecycle.checkpoint import load_state
 
-    return torch.load(newest / "trainer_state.pt", map_location="cpu", weights_only=False)["loop"]
+    return load_state(newest)["loop"]
 
 
 @pytest.mark.parametrize("backend", list(BACKENDS))

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from agentr1_core.lifecycle import memory
-from agentr1_core.lifecycle.memory import PhasePeaks, account, account_line, module_mb, optimizer_mb, tensor_mb
+from agentr1_core import memory
+from agentr1_core.memory import PhasePeaks, account, account_line, module_mb, optimizer_mb, tensor_mb
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="phase peaks read /proc/self")
 
@@ -58,7 +58,7 @@ def test_a_phase_below_the_process_peak_is_measured_by_sampling():
 # what /usr/bin/time -v prints as "Maximum resident set size" is the ru_maxrss that wait4 returns for its child
 PHASES_THEN_REPORT = """
 import json
-from agentr1_core.lifecycle import memory
+from agentr1_core import memory
 peaks = memory.PhasePeaks()
 with peaks.phase("big"):
     block = bytearray(300 * 2 ** 20); block[::4096] = b"x" * len(block[::4096]); del block
@@ -139,7 +139,7 @@ def test_the_mmap_threshold_and_the_trim_reach_glibc_in_a_fresh_process():
     """``trainer.mmap_threshold_kb`` reaches glibc's mallopt (0 leaves the allocator alone); ``trim`` runs."""
     import subprocess
 
-    code = ("from agentr1_core.lifecycle.memory import set_mmap_threshold as s, trim; "
+    code = ("from agentr1_core.memory import set_mmap_threshold as s, trim; "
             "print(s(128), s(0), s(-1), trim())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out[:3] == ["True", "False", "False"] and out[3] in ("True", "False")  # trim: False when nothing was free
