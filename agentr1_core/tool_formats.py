@@ -71,13 +71,15 @@ class HermesFormat(ToolFormat):
             obj = json.loads(raw)
         except json.JSONDecodeError as exc:
             return ParsedCall(raw=raw, error=f"tool call is not valid JSON ({exc.msg} at char {exc.pos})")
+        except RecursionError:
+            return ParsedCall(raw=raw[:200], error="tool call is not valid JSON (nested too deeply)")
         if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
             return ParsedCall(raw=raw, error='tool call must be {"name": "<tool>", "arguments": {...}}')
         args = obj.get("arguments", obj.get("parameters", {}))
         if isinstance(args, str):  # some models double-encode arguments
             try:
                 args = json.loads(args)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 return ParsedCall(name=obj["name"], raw=raw, error="arguments must be a JSON object")
         return ParsedCall(name=obj["name"], arguments=args, raw=raw)
 

@@ -39,6 +39,8 @@ def evaluate(expression: str) -> int | float:
 
 def _eval(node: ast.AST) -> int | float:
     if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        if abs(node.value) > MAX_MAGNITUDE:  # a literal such as 1e400 (inf) or a 500-digit integer
+            raise CalculatorError("number out of range")
         return node.value
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
         return _UNARY[type(node.op)](_eval(node.operand))
@@ -50,6 +52,8 @@ def _eval(node: ast.AST) -> int | float:
             value = _BINARY[type(node.op)](left, right)
         except ZeroDivisionError as exc:
             raise CalculatorError("division by zero") from exc
+        except ArithmeticError as exc:  # a float power that overflows: (1e50) ** 100
+            raise CalculatorError("result out of range") from exc
         if isinstance(value, complex) or abs(value) > MAX_MAGNITUDE:
             raise CalculatorError("result out of range")
         return value

@@ -27,6 +27,8 @@ def test_malformed_calls_become_errors():
     assert unterminated.error.startswith("unterminated")
     bad_args = fmt.parse('<tool_call>{"name": "c", "arguments": "not json"}</tool_call>').calls[0]
     assert bad_args.error == "arguments must be a JSON object"
+    deep = fmt.parse("<tool_call>" + "[" * 100_000 + "]" * 100_000 + "</tool_call>").calls[0]
+    assert deep.error == "tool call is not valid JSON (nested too deeply)" and len(deep.raw) <= 200
 
 
 def test_result_message_wraps_tool_response():
