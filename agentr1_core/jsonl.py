@@ -7,7 +7,8 @@ silence: by default every such line is collected and ``JsonlError`` is raised on
 with one line per problem (``FILE:LINE: not valid JSON (...)``, the first ``max_problems`` of them and a count of the
 rest) and the good records (``error.rows``), so that a caller checking several things can report the other
 problems of the same file too. ``on_bad="skip"`` reads files agentr1 did not necessarily write (a metrics file
-edited by hand, a truncated last line) and hands the problems to ``warn`` instead.
+edited by hand, a truncated last line) and hands the problems to ``warn`` instead. ``iter_jsonl`` streams a file
+too large to hold and raises its unreadable lines together at the end.
 
 Blank lines are ignored. ``NaN`` and ``Infinity`` are read as floats, as Python's ``json`` writes them. Nothing here
 imports anything beyond the standard library and ``agentr1_core.errors``.
@@ -18,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 from agentr1_core.errors import ConfigError
 
@@ -100,6 +101,29 @@ def parse_jsonl(lines: Iterable[str], where: str, *, objects: bool = True, limit
         more = f" and {len(problems) - 1} more unreadable lines" if len(problems) > 1 else ""
         warn(f"skipped {problems[0]}{more}")
     return rows
+
+
+def iter_jsonl(path: str | os.PathLike, *, objects: bool = True,
+               max_problems: int = MAX_PROBLEMS) -> Iterator[tuple[str, Any]]:
+    """``(FILE:LINE, record)`` for each readable line of ``path`` as it is read, for files too large to hold (a
+    corpus streamed into an index); the unreadable lines are raised together as ``JsonlError`` once the end is
+    reached. A missing file is a one-line ``ConfigError``."""
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"file not found: {file}")
+    problems: list[str] = []
+    with open(file, encoding="utf-8", errors="replace") as handle:
+        for lineno, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            record, problem = _parse(line, objects, json.loads)
+            if problem is not None:
+                problems.append(f"{file}:{lineno}: {problem}")
+                continue
+            yield f"{file}:{lineno}", record
+    if problems:
+        raise JsonlError(capped(problems, max_problems, f"{file}: {{more}} more lines that could not be read"),
+                         FileRows(file))
 
 
 def read_jsonl(path: str | os.PathLike, **options: Any) -> FileRows:

@@ -61,3 +61,14 @@ def test_limit_objects_and_a_missing_file(tmp_path):
     assert read_jsonl(_file(tmp_path, "[1]", "2"), objects=False) == [[1], 2]
     with pytest.raises(ConfigError, match="file not found"):
         read_jsonl(tmp_path / "absent.jsonl")
+
+
+def test_streaming_yields_the_good_records_then_raises_every_bad_line(tmp_path):
+    from agentr1_core.jsonl import iter_jsonl
+
+    seen = []
+    with pytest.raises(JsonlError) as err:
+        for where, record in iter_jsonl(_file(tmp_path, '{"a": 1}', "x", '{"a": 2}', "[3]")):
+            seen.append((where.rsplit(":", 1)[1], record["a"]))
+    assert seen == [("1", 1), ("3", 2)]
+    assert [p.split(": ", 1)[0].rsplit(":", 1)[1] for p in err.value.problems] == ["2", "4"]

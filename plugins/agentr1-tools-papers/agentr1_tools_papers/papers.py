@@ -12,11 +12,12 @@ raises ``CorpusError`` naming the file and line.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Protocol
+
+from agentr1_core.jsonl import JsonlError, iter_jsonl
 
 DIRECTIONS = ("citations", "references")
 
@@ -84,19 +85,16 @@ def paper_from_record(rec: Any, where: str) -> Paper:
 
 
 def jsonl_records(path: str | os.PathLike, error: type[ValueError], what: str) -> Iterator[tuple[str, Any]]:
-    """``(where, record)`` per non-blank line of a JSONL file (``where`` is ``file:line``); a missing file or a
-    line that is not JSON raises ``error`` naming ``what`` the file holds, or the file and line."""
+    """``(where, record)`` per non-blank line of a JSONL file (``where`` is ``file:line``); a missing file raises
+    ``error`` naming ``what`` the file holds, and the lines that are not JSON objects are raised together as
+    ``error`` once the file was read, one ``file:line`` each (``agentr1_core.jsonl``)."""
     file = Path(path)
     if not file.is_file():
         raise error(f"{what} not found: {file}")
-    with open(file, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                yield f"{file}:{n}", json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise error(f"{file}:{n}: not JSON ({exc.msg})") from None
+    try:
+        yield from iter_jsonl(file)
+    except JsonlError as exc:
+        raise error(str(exc)) from None
 
 
 def read_corpus(path: str | os.PathLike) -> Iterator[Paper]:

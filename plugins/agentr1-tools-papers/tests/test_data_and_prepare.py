@@ -56,7 +56,7 @@ def test_pasa_format_rows(tmp_path):
 
 
 @pytest.mark.parametrize("line, message", [
-    ("{not json", "q.jsonl:2: not JSON"),
+    ("{not json", "q.jsonl:2: not valid JSON"),
     ('{"query": "", "cited_paper": []}', "q.jsonl:2: a query needs a non-empty query"),
     ('{"query": "x"}', "q.jsonl:2: a query needs cited_paper"),
     ('{"query": "x", "cited_paper": [{"title": "t"}]}', "q.jsonl:2: each cited_paper needs an arxiv_id"),
@@ -121,4 +121,4 @@ def test_prepare_names_a_malformed_query_line(tmp_path, capsys):
     src.write_text(json.dumps(SCHOLARGYM[0]) + "\n{oops\n")
     assert main(["papers", "prepare", "--out", str(tmp_path / "o"), "--source", f"queries={src}", "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "queries.jsonl:2: not JSON" in err
+    assert len(err.splitlines()) == 1 and "queries.jsonl:2: not valid JSON" in err

@@ -63,7 +63,7 @@ def test_a_named_index_must_match_its_corpus(tmp_path, small_corpus):
 
 
 @pytest.mark.parametrize("line, message", [
-    ("not json", "c.jsonl:2: not JSON"),
+    ("not json", "c.jsonl:2: not valid JSON"),
     ('{"title": "No id"}', "c.jsonl:2: a paper needs an id"),
     ('{"id": "a", "title": "T", "year": "soon"}', "c.jsonl:2: year must be a number"),
     ('{"id": "a", "title": "T", "references": "p1"}', "c.jsonl:2: references must be a list"),

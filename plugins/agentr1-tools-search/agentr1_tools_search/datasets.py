@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from agentr1_core.errors import UserError
+from agentr1_core.jsonl import JsonlError, iter_jsonl
 
 DATA_DIR = Path(__file__).parent / "data"
 SAMPLES = {"dev": DATA_DIR / "hotpotqa_dev50.json", "train": DATA_DIR / "hotpotqa_train100.json"}
@@ -49,17 +50,10 @@ def read_records(path: str | Path) -> Iterator[tuple[str, dict[str, Any]]]:
                 raise DatasetError(f"{file}: record {i}: expected a JSON object")
             yield f"{file}: record {i}", rec
         return
-    with file.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DatasetError(f"{file}:{lineno}: not valid JSON ({exc.msg})") from exc
-            if not isinstance(rec, dict):
-                raise DatasetError(f"{file}:{lineno}: expected a JSON object")
-            yield f"{file}:{lineno}", rec
+    try:  # every line that is not a JSON object, one file:line each, once the file was read
+        yield from iter_jsonl(file)
+    except JsonlError as exc:
+        raise DatasetError(str(exc)) from None
 
 
 def qa_row(question: str, answers: list[str], source: str, qid: str, titles: list[str] | None = None,
