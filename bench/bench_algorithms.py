@@ -44,6 +44,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agentr1_core.lifecycle.metrics import read_metrics
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 if str(ROOT) not in sys.path:
@@ -95,7 +97,7 @@ def tiny_model(folder: Path) -> str:
 def read_run(run_dir: Path) -> dict[str, Any]:
     """Held-out success per validation stage, the per-iteration curves and the run's wall time."""
     summary = json.loads((run_dir / "summary.json").read_text())
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    records = read_metrics(run_dir)
     iters = [r for r in records if "iteration" in r and r.get("event") is None]
     validation = {k: {"success_rate": v["success_rate"], "cases": v["cases"]}
                   for k, v in (summary.get("validation") or {}).items()}

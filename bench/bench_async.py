@@ -25,12 +25,13 @@ importance weights. Writes ``bench/results/async_<tasks>.json``. Run it on an id
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from agentr1_core.lifecycle.metrics import read_metrics
 
 from common import ROOT, load_avg, machine_info, parse_args, results_dir, warm_model_dir, write_result
 
@@ -69,7 +70,7 @@ def run_once(task: str, staleness: int, args: argparse.Namespace, out_dir: Path)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise SystemExit(f"{task} k={staleness} failed:\n{(proc.stdout + proc.stderr)[-4000:]}")
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    records = read_metrics(run_dir)
     iters = [r for r in records if "iteration" in r and r.get("event") is None]
 
     def total(key: str) -> float:

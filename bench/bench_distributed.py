@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from agentr1_core.lifecycle.metrics import read_metrics
+
 from common import parse_args, write_result
 
 
@@ -40,7 +42,7 @@ def run_config(name: str, extra: list[str], args: argparse.Namespace) -> dict:
     t0 = time.perf_counter()
     run(load_config("default", overrides))
     wall = time.perf_counter() - t0
-    records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    records = read_metrics(run_dir)
     its = [r for r in records if "iteration" in r and "event" not in r][1:]  # drop the warm-up iteration
     out = {
         "overrides": extra, "wall_seconds_incl_startup": wall, "measured_iterations": len(its),
