@@ -75,9 +75,9 @@ def critic_fit_note(m: dict[str, Any]) -> str | None:
     return (f"[critic] its values are still far from the returns: mean value {_fmt(m.get('adv/value_mean'))} "
             f"against mean return {_fmt(m.get('adv/return_mean'))}, mean |value - return| "
             f"{_fmt(m.get('adv/value_abs_error'))} (R^2 {r2:.2f}; 0 would be no better than the batch's mean "
-            f"return), so the advantages follow the returns more than the critic's baseline; give the critic a "
-            f"higher learning rate (trainer.critic_lr for the value head on the trunk, critic.lr for a separate "
-            f"critic) or more iterations")
+            f"return); until it catches up the advantages follow the returns more than a baseline. If this lasts to "
+            f"the end of the run, the critic learns too slowly: raise critic.lr (trainer.critic_lr where that is "
+            f"unset, and for verl's critic)")
 
 
 def console_notes(m: dict[str, Any]) -> list[str]:

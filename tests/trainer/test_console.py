@@ -30,7 +30,7 @@ def test_a_critic_far_from_the_returns_is_said_after_its_first_update():
     [note] = console_notes(lagging)
     assert note.startswith("[critic] its values are still far from the returns: mean value 0.030 against mean "
                            "return 0.750, mean |value - return| 0.735 (R^2 ")
-    assert "trainer.critic_lr" in note and lagging["adv/value_r2"] < -0.5
+    assert "critic.lr" in note and lagging["adv/value_r2"] < -0.5
     assert console_notes(_record([0.03] * 8, iteration=1)) == []
     assert console_notes(_record([0.7] * 8, iteration=2)) == []
     assert console_notes(_record([0.9, 0.9, 0.1, 0.9, 0.9, 0.1, 0.9, 0.9], iteration=5)) == []
