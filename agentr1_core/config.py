@@ -130,12 +130,15 @@ class CriticPrefixConfig:
 
 @dataclass
 class CriticConfig:
-    """``model: null``: a linear value head on the policy trunk (lr ``trainer.critic_lr``); a model path: a separate
-    critic model with its own optimizer (``lr``, default ``trainer.critic_lr``). ``prefix``: the asymmetric
-    critic's privileged prefix."""
+    """``model: null``: a linear value head on the policy trunk, learning at ``head_lr`` (default
+    ``trainer.critic_lr``); a model path: a separate critic model with its own optimizer at ``lr`` (default
+    ``trainer.critic_lr``; verl's critic, a whole value model, too). The two differ: a head's value moves by about
+    ``head_lr`` x the L1 norm of the trunk's last hidden state per update (docs/algorithms.md). ``prefix``: the
+    asymmetric critic's privileged prefix."""
 
     model: str | None = None
     lr: float | None = None
+    head_lr: float | None = None
     prefix: CriticPrefixConfig = field(default_factory=CriticPrefixConfig)
 
 

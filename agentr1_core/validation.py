@@ -39,6 +39,7 @@ AT_LEAST: dict[str, float] = {
     "trainer.threads": 0, "trainer.keep_checkpoints": 1, "trainer.min_free_gb": 0.0,
     "trainer.keep_train_episodes": 0, "trainer.mmap_threshold_kb": 0, "trainer.max_staleness": 0,
     "trainer.importance_cap": 1.0,
+    "critic.lr": 0.0, "critic.head_lr": 0.0,
     "model.lora.r": 1, "model.lora.alpha": 1, "model.lora.dropout": 0.0,
 }
 

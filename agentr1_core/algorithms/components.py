@@ -98,11 +98,6 @@ class PolicyGradientAlgorithm(Algorithm):
         self.loss_config = PolicyLossConfig(**loss_options)
         self.needs_reference = self.loss_config.kl_coef > 0
 
-    def _set_loss(self, *values: Any) -> None:
-        """``set_loss`` with the loss parameters given by position, in ``LOSS_PARAMETERS`` order (for subclasses
-        that write them out)."""
-        self.set_loss(**dict(zip(LOSS_PARAMETERS, values, strict=True)))
-
     def loss_denominators(self, batch: StepBatch, advantages: torch.Tensor) -> LossDenominators:
         """The mini-batch counts that every micro-batch's loss is divided by (see ``losses.py``): with an off-policy
         correction, tokens whose behaviour log-prob is non-finite are not counted, as they leave the loss."""

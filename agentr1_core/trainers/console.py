@@ -76,8 +76,8 @@ def critic_fit_note(m: dict[str, Any]) -> str | None:
             f"against mean return {_fmt(m.get('adv/return_mean'))}, mean |value - return| "
             f"{_fmt(m.get('adv/value_abs_error'))} (R^2 {r2:.2f}; 0 would be no better than the batch's mean "
             f"return); until it catches up the advantages follow the returns more than a baseline. If this lasts to "
-            f"the end of the run, the critic learns too slowly: raise critic.lr (trainer.critic_lr where that is "
-            f"unset, and for verl's critic)")
+            f"the end of the run, the critic learns too slowly: raise critic.head_lr (a value head on the policy) or "
+            f"critic.lr (a separate critic model, verl's critic); both default to trainer.critic_lr")
 
 
 def console_notes(m: dict[str, Any]) -> list[str]:

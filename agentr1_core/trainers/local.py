@@ -164,7 +164,8 @@ class LocalBackend:
             policy_model = engine_model = model
             # self.ref_mode == "policy": a frozen copy is taken when RL starts (start_rl), i.e. after SFT
         value_head, critic = None, None
-        critic_lr = float(cfg.critic.lr if cfg.critic.lr is not None else tr.critic_lr)
+        critic_lr = float(cfg.critic.lr if cfg.critic.lr is not None else tr.critic_lr)  # a separate critic model
+        head_lr = float(cfg.critic.head_lr if cfg.critic.head_lr is not None else tr.critic_lr)  # a head on the trunk
         if self.algorithm.needs_critic and cfg.critic.model:
             critic = roles.build_separate_critic(str(cfg.critic.model), tokenizer, str(cfg.model.dtype), self.device,
                                                  critic_lr, list(tr.betas), float(tr.max_grad_norm),
@@ -174,7 +175,7 @@ class LocalBackend:
         trainable = [p for p in policy_model.parameters() if p.requires_grad]
         groups = [{"params": trainable, "lr": float(tr.lr)}]
         if value_head is not None:
-            groups.append({"params": list(value_head.parameters()), "lr": critic_lr})
+            groups.append({"params": list(value_head.parameters()), "lr": head_lr})
         self.optimizer = make_optimizer(groups, lr=float(tr.lr), betas=list(tr.betas),
                                         weight_decay=float(tr.weight_decay), device=self.device,
                                         kernel=str(tr.optimizer_kernel))

@@ -35,15 +35,15 @@ from agentr1_core.config import ConfigError, component
 from agentr1_core.lifecycle import warm_start
 from agentr1_core.lifecycle.checkpoint import check_run_dir
 from agentr1_core.lifecycle.episode_errors import check_expert_steps, report_episode_errors
+from agentr1_core.lifecycle.metrics import MetricsLogger, truncate_metrics, write_episodes, write_train_episodes
 from agentr1_core.memory import (
     PhasePeaks, account, account_line, child_processes_mb, device_account, rss_mb, trim,
 )
-from agentr1_core.lifecycle.metrics import MetricsLogger, truncate_metrics, write_episodes, write_train_episodes
 from agentr1_core.rollout.base import SamplingParams
 from agentr1_core.rollout.driver import split_greedy
 from agentr1_core.trainers.backend import Backend, RunInputs
 from agentr1_core.trainers.batching import trajectories_to_rows
-from agentr1_core.trainers.console import console_line, console_notes
+from agentr1_core.trainers.console import console_line, console_notes, critic_fit_note
 from agentr1_core.trainers.metrics import (
     episode_metric_means, expert_problems, peak_rss_mb, rollout_metrics, validation_metrics,
 )
@@ -108,6 +108,7 @@ class TrainingLoop:
         self.last_checkpoint: tuple[int, Path] | None = None
         self.resumed_from: Path | None = None
         self.writer: Any = None
+        self.last_metrics: dict[str, Any] = {}  # the last RL iteration's record (the end of the run looks back)
         self.peaks = PhasePeaks()
         # per phase: its highest peak (MiB) and the parts the backend measured right after that occurrence
         self.phase_accounts: dict[str, tuple[float, dict[str, float]]] = {}
@@ -295,6 +296,7 @@ class TrainingLoop:
         self.history["skipped_updates"] = int(self.history.get("skipped_updates", 0)) + int(
             bool(metrics.get("update_skipped")))
         self.writer.write(metrics)
+        self.last_metrics = metrics
         print(console_line(metrics, total), flush=True)
         for note in console_notes(metrics):
             print(note, flush=True)
@@ -398,6 +400,9 @@ class TrainingLoop:
                             memory=self.memory_account())
         for phase, acc in self.history["memory"].items():
             print(account_line(phase, acc), flush=True)
+        lagging = critic_fit_note(self.last_metrics)
+        if lagging:  # said under the last iteration already; the end of the run is where a user looks
+            print(f"{lagging} (at the last iteration)", flush=True)
         summary = dict(self.history)
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str), encoding="utf-8")
         val = summary.get("validation", {})

@@ -284,7 +284,8 @@ def verl_config(cfg: Any, algorithm: Any, n_gpus: int = 1, nnodes: int = 1, mode
             "enable": True, "strategy": actor["strategy"],
             "model": {"path": path, "use_remove_padding": True, "enable_gradient_checkpointing": checkpointing,
                       "override_config": {"attn_implementation": attn}},
-            "optim": {"lr": float(tr.critic_lr), "weight_decay": float(tr.weight_decay),
+            "optim": {"lr": float(cfg.critic.lr if cfg.critic.lr is not None else tr.critic_lr),
+                      "weight_decay": float(tr.weight_decay),
                       "betas": [float(b) for b in tr.betas], "total_training_steps": int(tr.total_steps)},
             "fsdp": dict(engine), "ppo_micro_batch_size_per_gpu": micro, "use_dynamic_bsz": dynamic is not None,
             **({"ppo_max_token_len_per_gpu": critic_budget, "forward_max_token_len_per_gpu": critic_budget}

@@ -306,7 +306,7 @@ class VerlBackend:
         from agentr1_core.algorithms.losses import proximal_weights
         from agentr1_core.algorithms.mismatch import mismatch_metrics
         from agentr1_core.trainers.batching import build_step_batch, critic_view
-        from agentr1_core.verl.data import loss_tokens, step_rows_to_verl, to_dataproto
+        from agentr1_core.verl.data import loss_tokens, step_rows_to_verl, to_dataproto, update_metrics
 
         cfg, tr = self.cfg, self.cfg.trainer
         out: dict[str, Any] = {}
@@ -372,13 +372,16 @@ class VerlBackend:
                            batch.ref_logprobs if self.groups.ref is not None else None)
         update = proto(adv.advantages, adv.returns, old_logprobs=batch.old_logprobs if recompute else None,
                        ref_logprobs=batch.ref_logprobs, is_weights=is_weights, loss_mask=keep)
-        got = self.groups.update_actor(update, int(tr.mini_batches), int(tr.update_epochs),
-                                       int(cfg.seed) * 100003 + iteration)
-        out.update(self._named(got))
+        actor_got = self.groups.update_actor(update, int(tr.mini_batches), int(tr.update_epochs),
+                                             int(cfg.seed) * 100003 + iteration)
+        out.update(self._named(actor_got))
+        critic_got = None
         if self.groups.critic is not None:
-            got = self.groups.update_critic(critic_proto(), batch.values, adv.returns, int(tr.update_epochs),
-                                            int(cfg.seed) * 100003 + iteration)
-            out.update(self._named(got, critic=True))
+            critic_got = self.groups.update_critic(critic_proto(), batch.values, adv.returns, int(tr.update_epochs),
+                                                   int(cfg.seed) * 100003 + iteration)
+            out.update(self._named(critic_got, critic=True))
+        # the local trainer's names: policy_loss, policy_grad_norm, grad_clip_fraction, the critic's norms, loss
+        out.update(update_metrics(actor_got, critic_got, float(tr.max_grad_norm)))
         out["update_seconds"] = time.perf_counter() - t_upd
         tokens = sum(len(r.prompt_ids) + len(r.response_ids) for r in steps.rows) * int(tr.update_epochs)
         out["update_tok_s"] = tokens / max(out["update_seconds"], 1e-9)

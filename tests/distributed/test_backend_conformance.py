@@ -60,7 +60,7 @@ ITERATION_KEYS = {
     "rollout_tok_s", "train_steps", "nonfinite_logprob_steps", "adv/adv_mean", "loss", "pg_loss", "grad_norm",
     "clip_fraction", "approx_kl", "entropy", "kl", "update_tok_s", "publish_seconds", "iteration_seconds",
     "peak_rss_mb", "weight_change", "onpolicy/approx_kl", "onpolicy/clip_fraction", "onpolicy/ref_kl",
-    "logprob_gap_max",
+    "logprob_gap_max", "policy_loss", "policy_grad_norm", "grad_clip_fraction",
 }
 SFT_KEYS = {"event", "expert_episodes", "expert_success_rate", "expert_reward_mean", "expert_terminations",
             "expert_tool_errors", "sft_steps", "sft_nll", "publish_seconds", "peak_rss_mb"}

@@ -49,7 +49,8 @@ class OnPolicyDistillation(PolicyGradientAlgorithm):
     * ``clip_log_ratio``: ``c`` above (> 0);
     * ``mix_algorithm`` (+ ``mix_params``) and ``mix_weight``: an env-reward estimator added with weight ``w``; its
       critic (StepPO/PPO) and groups requirements become this component's;
-    * the shared loss parameters (``loss_type``, ``clip_ratio`` ..., see ``components.py``).
+    * the shared loss parameters (``loss_type``, ``clip_ratio`` ...: ``losses.PolicyLossConfig``'s fields, added to
+      this signature by ``components.PolicyGradientAlgorithm``).
     """
 
     needs_teacher = True
@@ -58,10 +59,7 @@ class OnPolicyDistillation(PolicyGradientAlgorithm):
                  teacher_engine_params: dict | None = None, teacher_dtype: str = "float32",
                  teacher_device: str = "auto", context: str = "same", clip_log_ratio: float = 5.0,
                  mix_algorithm: str | None = None, mix_weight: float = 1.0, mix_params: dict | None = None,
-                 loss_type: str = "ppo", clip_ratio: float = 0.2, clip_ratio_low: float | None = None,
-                 clip_ratio_high: float | None = None, clip_ratio_c: float | None = 3.0,
-                 loss_agg: str = "token-mean", kl_coef: float = 0.0, kl_estimator: str = "k3",
-                 entropy_coef: float = 0.0) -> None:
+                 **loss_options: Any) -> None:
         self.context = check_choice("context", context, CONTEXTS)
         if not clip_log_ratio > 0:
             raise ValueError(f"clip_log_ratio must be > 0, got {clip_log_ratio}")
@@ -69,8 +67,7 @@ class OnPolicyDistillation(PolicyGradientAlgorithm):
         self.mix_weight = float(mix_weight)
         self.teacher = Teacher(teacher, engine=teacher_engine, engine_params=teacher_engine_params,
                                dtype=teacher_dtype, device=teacher_device)
-        self._set_loss(loss_type, clip_ratio, clip_ratio_low, clip_ratio_high, clip_ratio_c, loss_agg, kl_coef,
-                       kl_estimator, entropy_coef)
+        self.set_loss(**loss_options)
         self.mix: Algorithm | None = None
         if mix_algorithm:
             if mix_algorithm == "opd":
