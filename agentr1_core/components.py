@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from agentr1_core.errors import ConfigError, UserError
 from agentr1_core.kinds import RESERVED, config_keys, key_form
 from agentr1_core.plugins import Registry
+from agentr1_core.tool_sources import references as source_references, split_reference
 
 
 def component(cfg: DictConfig, key: str) -> tuple[str, dict[str, Any]]:
@@ -65,7 +66,48 @@ def selected(cfg: DictConfig) -> Iterator[tuple[str, str, str, dict[str, Any]]]:
                 if not isinstance(entry, dict) or not entry.get("name"):
                     raise ConfigError(f"config error at {path}[{i}]: each {kind} needs a name")
                 entry = dict(entry)
-                yield f"{path}[{i}]", kind, str(entry.pop("name")), entry
+                name = str(entry.pop("name"))
+                if kind == "tool" and split_reference(name) is not None:
+                    continue  # a tool source's reference (mcp:calc): source_references
+                yield f"{path}[{i}]", kind, name, entry
+
+
+def tool_entries(cfg: DictConfig) -> list[tuple[str, str]]:
+    """``[(key path, entry)]`` of every ``env.tools`` entry: registered tool names and source references."""
+    node = OmegaConf.select(cfg, "env.tools")
+    if not OmegaConf.is_list(node):
+        return []
+    out = []
+    for i, item in enumerate(node):
+        name = item if isinstance(item, str) else (item.get("name") if OmegaConf.is_dict(item) else None)
+        if isinstance(name, str):
+            out.append((f"env.tools[{i}]", name))
+    return out
+
+
+def _source_problems(cfg: DictConfig, registry: Registry) -> dict[str, str]:
+    """The references to tool sources no plugin registers, and the sections of those referenced that their
+    factory does not accept (``mcp.servers``), by key path."""
+    from agentr1_core.tool_sources import sections_of
+
+    problems: dict[str, str] = {}
+    used = []
+    for key, name in source_references(cfg):
+        source = name.partition(":")[0]
+        try:
+            registry.get("tool_source", source)
+        except UserError as exc:
+            problems[key] = f"config error at {key}: {exc}"
+            continue
+        if source not in used:
+            used.append(source)
+    for source, section in sections_of(cfg, used).items():
+        try:
+            registry.validate("tool_source", source, section, where=source)
+        except UserError as exc:
+            message = str(exc)
+            problems[source] = message if message.startswith("config error") else f"config error at {source}: {message}"
+    return problems
 
 
 def unknown_names(cfg: DictConfig, registry: Registry) -> list[str]:
@@ -74,6 +116,11 @@ def unknown_names(cfg: DictConfig, registry: Registry) -> list[str]:
     for key, kind, name, _ in selected(cfg):
         try:
             registry.get(kind, name)
+        except UserError as exc:
+            problems.append(f"config error at {key}: {exc}")
+    for key, name in source_references(cfg):
+        try:
+            registry.get("tool_source", name.partition(":")[0])
         except UserError as exc:
             problems.append(f"config error at {key}: {exc}")
     return problems
@@ -100,6 +147,7 @@ def component_problems(cfg: DictConfig, registry: Registry) -> dict[str, str]:
             _validate(registry, kind, name, params, key)
         except ConfigError as exc:
             problems[key] = str(exc)
+    problems.update(_source_problems(cfg, registry))
     return problems
 
 

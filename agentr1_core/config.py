@@ -7,7 +7,8 @@ another with ``base: NAME_OR_PATH`` (a named config that an installed distributi
 (``env: {name: maze}`` over a base with ``tool_env``) starts that component afresh: the old one's params are not
 inherited; ``key.name=...`` overrides apply before the others. Every mistake becomes a ``ConfigError`` whose message
 is one line with the full key path; the CLI prints it and exits with code 2. Unknown keys are all reported at once
-(one line each), with the unknown component names of the rest of the config.
+(one line each), with the unknown component names of the rest of the config. An installed tool source adds a
+top-level section named after it (``mcp:``), checked against its factory (``agentr1_core.tool_sources``).
 """
 
 from __future__ import annotations
@@ -252,8 +253,24 @@ def _section(parts: list[str]) -> Any:
     return section
 
 
+def run_config_tree() -> DictConfig:
+    """``RunConfig``'s defaults as an OmegaConf tree that also takes top-level sections of tool sources (``mcp:``):
+    ``load_config`` drops and reports every other unknown key before it merges."""
+    cfg = OmegaConf.structured(RunConfig)
+    OmegaConf.set_struct(cfg, False)
+    return cfg
+
+
+def tool_source_sections() -> list[str]:
+    """The top-level keys that installed tool sources add to a run config (``agentr1_core.tool_sources``)."""
+    return get_registry().names("tool_source")
+
+
 def _unknown_key(parts: list[str]) -> str | None:
-    """The error for the key path ``parts`` when a section of ``RunConfig`` lacks one of its keys, else None."""
+    """The error for the key path ``parts`` when a section of ``RunConfig`` lacks one of its keys, else None. A
+    tool source's section (``mcp:``) is the source's to check (its factory's parameters)."""
+    if parts and parts[0] in tool_source_sections():
+        return None
     for depth, part in enumerate(parts):
         section = _section(parts[:depth])
         if section is None:
@@ -316,7 +333,7 @@ def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] 
     unknown, overrides = _drop_unknown_keys(layers, list(overrides))
     collect = problems is not None
     try:
-        cfg = OmegaConf.structured(RunConfig)
+        cfg = run_config_tree()
         for layer in layers:  # a layer that names another component replaces the node (no inherited params)
             for key in SWITCHABLE_KEYS:
                 _switch_component(cfg, key, OmegaConf.select(layer, f"{key}.name", default=None))

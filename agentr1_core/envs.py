@@ -48,26 +48,36 @@ class AgentEnv:
 
 
 def _build_tools(specs: list[Any]) -> dict[str, BaseTool]:
-    """The tools of ``env.tools``; a tool whose constructor raises is named in the error (``failed_to_start``)."""
+    """The tools of ``env.tools``; a tool whose constructor raises is named in the error (``failed_to_start``). An
+    entry ``SOURCE:REFERENCE`` gives the tools of a tool source (an MCP server's: ``agentr1_core.tool_sources``),
+    started once per process and shared by every env."""
     from agentr1_core.errors import failed_to_start
     from agentr1_core.plugins import PluginError, get_registry
+    from agentr1_core.tool_sources import resolve, split_reference
 
     registry = get_registry()
     tools: dict[str, BaseTool] = {}
     for i, item in enumerate(specs):
         if isinstance(item, BaseTool):
-            tool = item
+            built = [item]
         else:
             cfg = {"name": item} if isinstance(item, str) else dict(item)
             name = cfg.pop("name", None)
             if not name:
                 raise PluginError(f"env.tools[{i}]: each tool needs a name")
-            factory = registry.validate("tool", name, cfg, where=f"env.tools[{i}]")  # the name and params
-            try:
-                tool = factory(**cfg)
-            except Exception as exc:
-                raise failed_to_start(f"env.tools[{i}]", f"tool {name!r}", exc) from exc
-        tools[tool.name] = tool
+            if split_reference(str(name)) is not None:
+                if cfg:
+                    raise PluginError(f"env.tools[{i}]: {name} takes no parameters here (set them in the source's "
+                                      f"section, {str(name).partition(':')[0]}:)")
+                built = resolve(str(name), registry)
+            else:
+                factory = registry.validate("tool", name, cfg, where=f"env.tools[{i}]")  # the name and params
+                try:
+                    built = [factory(**cfg)]
+                except Exception as exc:
+                    raise failed_to_start(f"env.tools[{i}]", f"tool {name!r}", exc) from exc
+        for tool in built:
+            tools[tool.name] = tool
     return tools
 
 

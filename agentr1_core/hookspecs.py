@@ -35,6 +35,19 @@ def agentr1_tools():
 
 
 @hookspec
+def agentr1_tool_sources():
+    """Tool sources (``ToolSource`` subclasses): tools that live outside agentr1, such as an MCP server's, named in
+    ``env.tools`` as ``SOURCE:REFERENCE`` and configured in the run config's top-level section ``SOURCE:``.
+
+    Example::
+
+        @hookimpl
+        def agentr1_tool_sources():
+            return [ToolSourceSpec("mcp", "my_pkg.source:MCPToolSource", "The tools of MCP servers")]
+    """
+
+
+@hookspec
 def agentr1_tool_formats():
     """Tool-call formats: how a model writes calls and how results are shown back, ``env.tool_format: hermes``.
 

@@ -32,6 +32,9 @@ class Kind:
 
 KINDS: tuple[Kind, ...] = (
     Kind("tool", "agentr1_tools", "ToolSpec", ("env.tools[]",)),
+    # tools outside agentr1 (an MCP server's): env.tools entries SOURCE:REFERENCE, configured at the top-level key
+    # named after the source (agentr1_core.tool_sources)
+    Kind("tool_source", "agentr1_tool_sources", "ToolSourceSpec"),
     Kind("tool_format", "agentr1_tool_formats", "ToolFormatSpec"),  # a parameter of tool_env: env.tool_format
     Kind("env", "agentr1_envs", "EnvSpec", ("env",)),
     Kind("agent_flow", "agentr1_agent_flows", "AgentFlowSpec", ("agent_flow",), frozenset({"ctx"})),

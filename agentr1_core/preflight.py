@@ -6,7 +6,8 @@ The checks, each one's problems collected before the next runs:
 1. the problems the config loader already found (unknown keys, overrides of the wrong type: ``config.load_config``
    with ``problems=``), the config's values (``validation.value_problems``), the model path, the names in
    ``plugins.allow`` / ``plugins.block`` (each must be an installed plugin), every component's name and
-   parameters (``components.component_problems``);
+   parameters (``components.component_problems``); the tool sources ``env.tools`` names (``mcp:calc``), started as
+   the run starts them, their tools listed, and two tools of one name (``tool_sources``);
 2. the datasets of the components that passed (``data.train``, ``data.val``): every line of a rows file that is not
    a JSON object (``agentr1_core.jsonl``), and every row against what the dataset, the reward and the env declare
    they read (``rows``), the tools a row names and the tool calls of its expert (``tool_rows``);
@@ -28,13 +29,14 @@ from typing import Any, Iterator
 
 from omegaconf import DictConfig, OmegaConf
 
-from agentr1_core.components import build_reward_fn, component, component_problems
+from agentr1_core.components import build_reward_fn, component, component_problems, tool_entries
 from agentr1_core.errors import ConfigError, UserError, failed_to_start, one_line
 from agentr1_core.jsonl import JsonlError, capped
 from agentr1_core.kinds import RESERVED
 from agentr1_core.plugins import Registry
 from agentr1_core.rows import RowNeed, declared_fields, row_problems
 from agentr1_core.tool_rows import tool_row_check
+from agentr1_core.tool_sources import check_references, close_all
 
 MAX_LINES = 40  # problem lines printed in all; the count of the others follows
 
@@ -219,12 +221,35 @@ def preflight(cfg: DictConfig, registry: Registry, build: bool = True,
               problems: list[str] | None = None) -> Checked:
     """Check ``cfg`` fully before anything heavy and raise one ``ConfigError`` listing every problem found (those of
     the config loader given as ``problems`` first). ``build=False`` stops after the config's own checks (names,
-    values, parameters: what ``config show`` makes)."""
+    values, parameters: what ``config show`` makes). Tool sources started by the checks are stopped again: the
+    processes that play episodes start their own."""
     found = Problems(problems or [])
     bad = _config_problems(cfg, registry, found)
     if not build:
         found.raise_if_any()
         return Checked()
+    try:
+        datasets = _build_and_check(cfg, registry, bad, found)
+    finally:
+        close_all()
+    found.raise_if_any()
+    note = turn_cap_note(cfg)
+    if note:
+        print(f"[config] {note}", flush=True)
+    return Checked(datasets)
+
+
+def _build_and_check(cfg: DictConfig, registry: Registry, bad: set[str],
+                     found: Problems) -> dict[str, list[dict[str, Any]]]:
+    """The tools, the datasets and their rows, and the light components built once (steps 1 to 3 above)."""
+    if not {"env", "env.tools"} & bad and not set(registry.names("tool_source")) & bad:
+        with found.at("env.tools"):  # tool sources started as the run starts them, their tools listed
+            problems_of_tools, listing = check_references(cfg, registry, tool_entries(cfg))
+            for line in listing:
+                print(line, flush=True)
+            found.extend(problems_of_tools)
+            if problems_of_tools:
+                bad.add("env.tools")
     datasets = _load_datasets(cfg, registry, bad, found)
     env = None
     if not {"env", "env.tools"} & bad:  # built for the first training row, with its env_kwargs
@@ -243,8 +268,4 @@ def preflight(cfg: DictConfig, registry: Registry, build: bool = True,
 
                 with found.at("critic.prefix"):  # a critic reads it, every training row within max_tokens
                     critic_prefixes(cfg, algorithm, datasets["data.train"])
-    found.raise_if_any()
-    note = turn_cap_note(cfg)
-    if note:
-        print(f"[config] {note}", flush=True)
-    return Checked(datasets)
+    return datasets

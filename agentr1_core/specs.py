@@ -68,6 +68,15 @@ class ToolSpec(ComponentSpec):
 
 
 @dataclass(frozen=True)
+class ToolSourceSpec(ComponentSpec):
+    """A ``ToolSource`` subclass (``agentr1_core.tool_sources``): tools that live outside agentr1, named in
+    ``env.tools`` as ``NAME:REFERENCE``; params are its constructor's keyword arguments, given in the run config's
+    top-level section ``NAME:``."""
+
+    kind: ClassVar[str] = "tool_source"
+
+
+@dataclass(frozen=True)
 class ToolFormatSpec(ComponentSpec):
     """A tool-call format (how calls are written by the model and results shown back)."""
 

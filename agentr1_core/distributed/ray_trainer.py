@@ -46,12 +46,12 @@ def run_name_for(run_dir: str) -> str:
 
 def trainer_side_config(container: dict[str, Any]) -> Any:
     """The config the trainer process builds from: same run, but an in-process ``transformers`` engine."""
-    from agentr1_core.config import RunConfig
+    from agentr1_core.config import run_config_tree
 
     local = dict(container)
     if (local.get("engine") or {}).get("name") != "transformers":
         local["engine"] = {"name": "transformers"}
-    return OmegaConf.merge(OmegaConf.structured(RunConfig), local)
+    return OmegaConf.merge(run_config_tree(), local)
 
 
 class RayBackend(LocalBackend):
@@ -66,6 +66,9 @@ class RayBackend(LocalBackend):
         self.settings = settings
         self.run_name = run_name
         self.pool = None
+
+    def start_tool_sources(self) -> None:
+        """Nothing here: each rollout worker starts the tool sources for its own episodes."""
 
     def build(self, run: Any) -> str:
         line = super().build(run)

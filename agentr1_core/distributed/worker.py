@@ -30,6 +30,7 @@ import os
 import time
 from typing import Any
 
+from agentr1_core import tool_sources
 from agentr1_core.rollout.base import SamplingParams
 from agentr1_core.trainers.seeding import EpisodeSeededEngine
 
@@ -55,7 +56,7 @@ class RolloutWorker:
     def __init__(self, config: dict[str, Any], worker_index: int, threads: int = 1) -> None:
         from omegaconf import OmegaConf
 
-        from agentr1_core.config import RunConfig, component
+        from agentr1_core.config import component, run_config_tree
         from agentr1_core.memory import set_mmap_threshold
         from agentr1_core.plugins import configure_registry
 
@@ -64,7 +65,7 @@ class RolloutWorker:
         if threads > 0:
             torch.set_num_threads(int(threads))
         self.index = int(worker_index)
-        self.cfg = OmegaConf.merge(OmegaConf.structured(RunConfig), config)
+        self.cfg = OmegaConf.merge(run_config_tree(), config)
         set_mmap_threshold(int(self.cfg.trainer.mmap_threshold_kb))
         self.registry = configure_registry(list(self.cfg.plugins.allow), list(self.cfg.plugins.block))
         self.weights_version = 0
@@ -74,6 +75,7 @@ class RolloutWorker:
         self.progress_state = {"call": 0, "total": 0, "finished": 0}
         t0 = time.perf_counter()
         self._build(component)
+        tool_sources.start_referenced(self.cfg, self.registry)  # this worker's own servers, before its first episode
         self.load_seconds = time.perf_counter() - t0
 
     def _build(self, component: Any) -> None:
@@ -212,4 +214,5 @@ class RolloutWorker:
                 "engine_last_error": engine.last_error}
 
     def close(self) -> None:
+        tool_sources.close_all()
         self.engine.close()

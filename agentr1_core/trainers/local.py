@@ -34,6 +34,7 @@ from omegaconf import OmegaConf
 from agentr1_core.algorithms.critic_prefix import critic_prefixes
 from agentr1_core.components import build_reward_fn
 from agentr1_core.config import ConfigError, component
+from agentr1_core import tool_sources
 from agentr1_core.flows import FlowContext
 from agentr1_core.rollout.driver import current_episode_uid, rollout_async
 from agentr1_core.trainers import roles
@@ -120,6 +121,7 @@ class LocalBackend:
         self.env_config = OmegaConf.to_container(cfg.env, resolve=True)
         self.flow_name, self.flow_params = component(cfg, "agent_flow")
         self.reward_fn = build_reward_fn(cfg, self.registry)
+        self.start_tool_sources()
         self._build_model()
         # critic.prefix: every training row's privileged prefix for the critic, tokenised once (and recorded)
         self.critic_prefix = critic_prefixes(cfg, self.algorithm, run.train_rows, self.tokenizer)
@@ -316,6 +318,10 @@ class LocalBackend:
         """A copy of the trained weights, named as in the module the engine runs (for ``publish_weights``)."""
         return {n: p.detach().clone() for n, p in self.policy_engine_module.named_parameters() if p.requires_grad}
 
+    def start_tool_sources(self) -> None:
+        """Start the tool sources ``env.tools`` names (``mcp:calc``) here, where the episodes run."""
+        tool_sources.start_referenced(self.cfg, self.registry)
+
     def take_snapshot_metrics(self) -> dict[str, Any]:
         return {}  # a snapshot is a copy in this process: nothing measured beside its time
 
@@ -438,6 +444,7 @@ class LocalBackend:
         return resume_latest(self, run_dir)
 
     def close(self) -> None:
+        tool_sources.close_all()  # the servers of the tool sources this process started
         if self.engine is not None and not self._closed:
             self.engine.close()  # kept as an attribute: what it counted stays readable after the run
         self._closed = True
