@@ -1,0 +1,1 @@
+"""Example MCP servers and the example task of a third-party server (time conversions)."""
