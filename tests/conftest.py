@@ -1,11 +1,9 @@
-"""Shared fixtures: the real SmolLM2 tokenizer (and model) loaded once per test session, and the lock that keeps
-tests which start Ray apart when the suite runs in several processes (``pytest -n 2 --dist loadfile``, the README's
-test command: each test file runs whole in one of them)."""
+"""Shared fixtures: the real SmolLM2 tokenizer (and model) loaded once per test session. The lock that keeps tests
+which start Ray apart when the suite runs in several processes (``pytest -n 2 --dist loadfile``, the README's test
+command: each test file runs whole in one of them), ``ray_lock``, comes with ``agentr1_core.testing.fixtures``, where
+the plugins' tests find it too."""
 
 from __future__ import annotations
-
-import contextlib
-import fcntl
 
 import pytest
 
@@ -30,22 +28,3 @@ def tiny_model_dir(tmp_path_factory, smol_tokenizer) -> str:
     from agentr1_core.testing.models import save_tiny_llama
 
     return save_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), smol_tokenizer)
-
-
-@pytest.fixture(scope="session")
-def ray_lock(tmp_path_factory):
-    """``with ray_lock(): ...`` holds the lock of the tests that start Ray (themselves, through verl, or with ``ray
-    start``): ``ray.init()`` joins a Ray instance it finds running on the machine and ``ray stop --force`` stops every
-    one, so two of them must not overlap. The lock file sits beside the worker processes' own temporary folders,
-    where every worker process of the session finds the same one."""
-
-    @contextlib.contextmanager
-    def hold():
-        with open(tmp_path_factory.getbasetemp().parent / "agentr1-ray.lock", "w") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)  # blocks until the other worker's Ray test is over
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
-
-    return hold

@@ -3,10 +3,15 @@
 ``agentr1_registry`` is a fresh process-wide registry (entry points loaded) for the duration of one test; register an
 in-process plugin with ``agentr1_registry.register_module(module_or_object, name="my-plugin")``. The previous registry
 is restored afterwards.
+
+``ray_lock`` keeps the tests that start Ray apart, the core's and the plugins' alike (a plugin's conftest, which may
+not declare ``pytest_plugins`` below the root, imports it: ``from agentr1_core.testing.fixtures import ray_lock``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 from typing import Iterator
 
 import pytest
@@ -22,3 +27,22 @@ def agentr1_registry() -> Iterator[plugins.Registry]:
         yield registry
     finally:
         plugins._default = saved
+
+
+@pytest.fixture(scope="session")
+def ray_lock(tmp_path_factory):
+    """``with ray_lock(): ...`` holds the lock of the tests that start Ray (themselves, through verl, or with ``ray
+    start``): ``ray.init()`` joins a Ray instance it finds running on the machine and ``ray stop --force`` stops every
+    one, so two of them must not overlap. The lock file sits beside the worker processes' own temporary folders,
+    where every worker process of the session finds the same one."""
+
+    @contextlib.contextmanager
+    def hold():
+        with open(tmp_path_factory.getbasetemp().parent / "agentr1-ray.lock", "w") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)  # blocks until the other worker's Ray test is over
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    return hold
