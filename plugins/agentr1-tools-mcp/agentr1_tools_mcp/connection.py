@@ -93,6 +93,7 @@ class ServerConnection:
         self._holder: asyncio.Task | None = None
         self._closing: asyncio.Event | None = None
         self._lock: asyncio.Lock | None = None
+        self._cleanup: asyncio.Task | None = None
 
     # -- starting and stopping ------------------------------------------------------------------------------------
 
@@ -215,6 +216,7 @@ class ServerConnection:
     def _lost(self, shown: str, generation: int, exc: BaseException) -> ToolResult:
         if generation == self.generation and not self.down:
             self.down = self._reason(exc, starting=False)
+            self._cleanup = asyncio.get_running_loop().create_task(self._stop_holder())  # reap it, close its pipes
         again = "it is started again at the next call" if self.restarts_left > 0 else "it is not started again"
         return ToolResult(f"Error: {shown}: the MCP server {self.settings.name} stopped during the call "
                           f"({self.down}); {again}", error="server_unavailable")

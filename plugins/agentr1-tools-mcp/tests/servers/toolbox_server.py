@@ -2,7 +2,8 @@
 
 Tools: ``echo`` (text back), ``shout`` (structured content only), ``slow`` (sleeps, then answers), ``fail`` (an
 ``isError`` result), ``picture`` (an image), ``document`` (an embedded resource), ``crash`` (the server exits in the
-middle of the call), ``whoami`` (its process id). ``tools/list`` answers two tools a page.
+middle of the call), ``whoami`` (its process id), ``meet`` (answers ``met`` once ``count`` calls are in the server
+at once, ``alone`` after 20 s: calls that do not overlap never meet). ``tools/list`` answers two tools a page.
 
 Options: ``--http`` serves streamable HTTP on a free 127.0.0.1 port and prints ``PORT n``; ``--log FILE`` appends
 ``pid ppid`` at start; ``--stubborn`` keeps running after its input ends (only a signal stops it); ``--no-tools``
@@ -39,6 +40,8 @@ TOOLS = [
     types.Tool(name="crash", description="The server exits during the call.",
                input_schema={"type": "object", "properties": {}}),
     types.Tool(name="whoami", description="The server's process id.", input_schema={"type": "object", "properties": {}}),
+    types.Tool(name="meet", description="Answers once `count` calls are in the server at the same time.",
+               input_schema={"type": "object", "properties": {"count": {"type": "integer"}}, "required": ["count"]}),
 ]
 PAGE = 2
 
@@ -76,10 +79,26 @@ def build(options: argparse.Namespace) -> Server:
                     open(options.crash_once_file, "w").close()
                 os._exit(7)
             return text("survived")
+        if params.name == "meet":
+            return text(await meet(int(args["count"])))
         if params.name == "whoami":
             return text(str(os.getpid()))
         return types.CallToolResult(content=[types.TextContent(type="text", text=f"Unknown tool: {params.name}")],
                                     is_error=True)
+
+    waiting: list[anyio.Event] = []
+
+    async def meet(count: int) -> str:
+        arrived = anyio.Event()
+        waiting.append(arrived)
+        if len(waiting) >= count:
+            for event in waiting:
+                event.set()
+            waiting.clear()
+        with anyio.move_on_after(20):
+            await arrived.wait()
+            return "met"
+        return "alone"
 
     return Server("toolbox", on_list_tools=list_tools, on_call_tool=call_tool)
 
@@ -94,6 +113,7 @@ def serve_http(server: Server) -> None:
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
+    sock.listen(64)  # connections wait in the backlog until uvicorn serves: the port works once printed
     print(f"PORT {sock.getsockname()[1]}", flush=True)
     config = uvicorn.Config(server.streamable_http_app(host="127.0.0.1"), fd=sock.fileno(), log_level="warning")
     uvicorn.Server(config).run()

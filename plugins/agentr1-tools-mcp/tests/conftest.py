@@ -1,0 +1,111 @@
+"""Fixtures of the MCP plugin's tests: real MCP servers (the toolbox test server and the example calculator, over
+stdio and over streamable HTTP on 127.0.0.1), sources started and closed around a test, the processes a test must
+see gone, the real SmolLM2 tokenizer, and the Ray lock of the tests that start Ray."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agentr1_core.testing.fixtures import ray_lock  # noqa: F401 - the Ray tests of every folder take turns
+
+SERVERS = Path(__file__).parent / "servers"
+TOOLBOX = SERVERS / "toolbox_server.py"
+CLI = shutil.which("agentr1-core") or str(Path(sys.executable).parent / "agentr1-core")
+
+
+def toolbox(*flags: str, **settings) -> dict:
+    """The settings of a stdio toolbox server."""
+    return {"command": "python", "args": [str(TOOLBOX), *flags], **settings}
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a process that has not exited (a zombie waiting for its parent counts as exited)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def wait_until_gone(pids, seconds: float = 15.0) -> list[int]:
+    """The pids still running after ``seconds`` (polled): [] when every one exited."""
+    deadline = time.monotonic() + seconds
+    left = [p for p in pids if alive(p)]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = [p for p in left if alive(p)]
+    return left
+
+
+def children_of(pid: int) -> list[int]:
+    """The pids whose parent is ``pid``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    if int(stat.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        found.append(int(entry))
+            except (FileNotFoundError, ProcessLookupError, ValueError):
+                pass
+    return found
+
+
+@pytest.fixture
+def start_source():
+    """``start_source(servers)``: a started ``MCPToolSource``; every one is closed after the test."""
+    from agentr1_tools_mcp.source import MCPToolSource
+
+    started = []
+
+    def start(servers: dict):
+        source = MCPToolSource(servers)
+        started.append(source)
+        source.start()
+        return source
+
+    yield start
+    for source in started:
+        source.close()
+
+
+@pytest.fixture
+def http_toolbox():
+    """A toolbox server over streamable HTTP on 127.0.0.1 (a free port), as ``(url, process)``."""
+    process = subprocess.Popen([sys.executable, str(TOOLBOX), "--http"], stdout=subprocess.PIPE, text=True)
+    try:
+        line = process.stdout.readline()
+        assert line.startswith("PORT "), line
+        yield f"http://127.0.0.1:{int(line.split()[1])}/mcp", process
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture(scope="session")
+def smol_tokenizer():
+    """The real SmolLM2-135M-Instruct tokenizer (the core tests' fixture of the same name)."""
+    from agentr1_core.models import load_tokenizer
+
+    return load_tokenizer("smollm2-135m-instruct")
+
+
+@pytest.fixture(autouse=True)
+def no_source_left_running():
+    """A test that started the core's sources (``tool_sources.active``) leaves none to the next."""
+    yield
+    from agentr1_core import tool_sources
+
+    tool_sources.close_all()
