@@ -79,21 +79,21 @@ def load_rows(cfg: DictConfig, registry: Registry, key: str,
     """The rows of the dataset at ``key``; lines a rows file could not give are added to ``found`` and the rows it
     could give are returned (so that their own problems are found too). None when the loader failed. Without
     ``found``, any problem is raised."""
-    if found is None:
-        found = Problems()
-        rows = load_rows(cfg, registry, key, found)
-        found.raise_if_any()
-        return rows
+    problems = found if found is not None else Problems()
     name, params = component(cfg, key)
+    rows: list[dict[str, Any]] | None
     try:
-        rows = registry.build("dataset", name, params, where=key)
+        built = registry.build("dataset", name, params, where=key)
+        rows = built if isinstance(built, list) else list(built)
     except JsonlError as exc:
-        found.extend(exc.problems)
-        return exc.rows
+        problems.extend(exc.problems)
+        rows = exc.rows
     except Exception as exc:
-        found.append(_at_key(key, exc))
-        return None
-    return rows if isinstance(rows, list) else list(rows)
+        problems.append(_at_key(key, exc))
+        rows = None
+    if found is None:
+        problems.raise_if_any()
+    return rows
 
 
 def row_needs(cfg: DictConfig, registry: Registry, key: str, bad: set[str]) -> tuple[list[RowNeed], str, Any]:

@@ -18,9 +18,10 @@ def test_unwritable_run_dir_fails_before_training(tmp_path, capsys):
     blocker = tmp_path / "a_file"
     blocker.write_text("x")
     assert main(["run", "tiny", f"run_dir={blocker}/run", "model.path=/nonexistent/model"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("agentr1-core: error: run directory") and "is not writable" in err
-    assert len(err.splitlines()) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[0].startswith("agentr1-core: error: run directory") and "is not writable" in lines[0]
+    assert lines[1:] == ["agentr1-core: error: config error at model.path: model folder /nonexistent/model does not "
+                         "exist"]  # reported with it, before anything loads
 
 
 def test_full_disk_fails_before_training(tmp_path, capsys):

@@ -43,6 +43,9 @@ class ScriptedBackend:
     def take_stats(self) -> dict:
         return {}
 
+    def take_snapshot_metrics(self) -> dict:
+        return {}
+
     def rollout(self, rows, n, sampling, **kw):
         number = len(self.started) + 1
         if number == self.fail_at:
@@ -57,8 +60,9 @@ class ScriptedBackend:
 
 def scripted_loop(backend: ScriptedBackend, total: int) -> SimpleNamespace:
     cfg = OmegaConf.create({"trainer": {"total_steps": total}, "rollout": {"batch_size": 2, "n": 2}})
-    loop = SimpleNamespace(cfg=cfg, backend=backend, iteration=0, sampling=None, consumed_data_state=None,
-                           data=DataOrder([{"i": i} for i in range(5)], seed=0))
+    settings = SimpleNamespace(total_steps=total, batch_size=2, n=2)  # what the pipeline reads of LoopSettings
+    loop = SimpleNamespace(cfg=cfg, settings=settings, backend=backend, iteration=0, sampling=None,
+                           consumed_data_state=None, data=DataOrder([{"i": i} for i in range(5)], seed=0))
     loop.rollout = lambda rows, n, sampling, desc, prefix, **_: (backend.rollout(rows, n, sampling, prefix=prefix), 0.0)
     return loop
 

@@ -38,5 +38,8 @@ def test_webshop_data_points_elsewhere_and_a_missing_file_names_it(tmp_path):
     assert shown.returncode == 0 and f"products: {tmp_path / 'full'}/products_1k_processed.jsonl" in shown.stdout
     run = subprocess.run([sys.executable, "-m", "agentr1_core.cli", "run", "webshop", "trainer.total_steps=1"],
                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
-    assert run.returncode == 2 and "Traceback" not in run.stderr and len(run.stderr.strip().splitlines()) == 1
-    assert "WebShop data file not found" in run.stderr and "WEBSHOP_DATA" in run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert run.returncode == 2 and "Traceback" not in run.stderr and lines
+    # one line for each component that reads the missing data: the training rows, the held-out rows, the env
+    assert all("WebShop data file not found" in line and "WEBSHOP_DATA" in line for line in lines), lines
+    assert any(line.startswith("agentr1-core: error: config error at data.train:") for line in lines), lines
