@@ -214,6 +214,9 @@ class ServerConnection:
             return self.client, self.generation  # type: ignore[return-value]
 
     def _lost(self, shown: str, generation: int, exc: BaseException) -> ToolResult:
+        if self.down == "closed":  # the source closed under the call (the end of a run)
+            return ToolResult(f"Error: {shown}: the MCP server {self.settings.name} was closed during the call",
+                              error="server_unavailable")
         if generation == self.generation and not self.down:
             self.down = self._reason(exc, starting=False)
             self._cleanup = asyncio.get_running_loop().create_task(self._stop_holder())  # reap it, close its pipes
@@ -233,7 +236,7 @@ class ServerConnection:
             what = ("it exited before it answered" if s.command else "it closed the connection") if starting \
                 else "its connection closed"
         else:
-            what = _one_line(exc)
+            what = describe_error(exc)
         where = f"command: {s.describe()}" if s.command else f"url: {s.url}"
         stderr = self._tail.last(wait=1.0 if starting else 0.2) if self._tail is not None else ""
         return f"{what}; {where}" + (f"; its stderr: {stderr}" if stderr else "")
@@ -251,7 +254,7 @@ def _innermost(exc: BaseException) -> BaseException:
     return exc
 
 
-def _one_line(exc: BaseException) -> str:
+def describe_error(exc: BaseException) -> str:
     """The message of ``exc`` (exception groups unwrapped), on one line."""
     exc = _innermost(exc)
     if isinstance(exc, MCPError):

@@ -85,6 +85,8 @@ def parse_server(name: Any, raw: Any) -> tuple[ServerSettings | None, list[str]]
         problems.append(f"config error at {key}: give either command (a server started over stdio) or url (a "
                         f"streamable HTTP server){', not both' if has_command else ''}")
     valid = STDIO_KEYS if has_command or not has_url else HTTP_KEYS
+    if has_command and has_url:  # said once above; the keys of either kind are no further mistake
+        valid = tuple(dict.fromkeys(STDIO_KEYS + HTTP_KEYS))
     for unknown in [k for k in raw if k not in valid]:
         hint = suggest(str(unknown), valid)
         if not hint and unknown in STDIO_KEYS + HTTP_KEYS:

@@ -15,7 +15,7 @@ from typing import Any
 from agentr1_core.errors import suggest
 from agentr1_core.tool_sources import ToolSource, ToolSourceError
 from agentr1_core.tools import BaseTool
-from agentr1_tools_mcp.connection import ServerConnection, ServerDown, _one_line
+from agentr1_tools_mcp.connection import ServerConnection, ServerDown, describe_error
 from agentr1_tools_mcp.loop import LoopThread
 from agentr1_tools_mcp.settings import ServerSettings, parse_servers
 from agentr1_tools_mcp.tool import MCPTool
@@ -59,7 +59,7 @@ class MCPToolSource(ToolSource):
         if isinstance(outcome, ServerDown):
             return [f"config error at {s.key}: the {s.transport} server {failed(s)}: {outcome}"]
         if isinstance(outcome, BaseException):
-            return [f"config error at {s.key}: the {s.transport} server {failed(s)}: {_one_line(outcome)}; "
+            return [f"config error at {s.key}: the {s.transport} server {failed(s)}: {describe_error(outcome)}; "
                     f"{'command' if s.command else 'url'}: {s.describe()}"]
         listed = [t.name for t in connection.tools]
         if not listed:
