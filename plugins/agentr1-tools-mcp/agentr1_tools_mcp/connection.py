@@ -210,7 +210,7 @@ class ServerConnection:
                 await self.start()
             except ServerDown as exc:
                 self.down = str(exc)
-                raise ServerDown(f"the MCP server {self.settings.name} stopped and did not start again: {exc}")
+                raise ServerDown(f"the MCP server {self.settings.name} stopped and did not start again: {exc}") from exc
             return self.client, self.generation  # type: ignore[return-value]
 
     def _lost(self, shown: str, generation: int, exc: BaseException) -> ToolResult:

@@ -16,7 +16,7 @@ PKG = "agentr1_tools_mcp"
 @hookimpl
 def agentr1_tool_sources():
     return [ToolSourceSpec("mcp", f"{PKG}.source:MCPToolSource",
-                           "The tools of MCP servers (stdio or streamable HTTP): env.tools mcp:SERVER or mcp:SERVER/TOOL")]
+                           "The tools of MCP servers, stdio or streamable HTTP: env.tools mcp:SERVER, mcp:SERVER/TOOL")]
 
 
 @hookimpl

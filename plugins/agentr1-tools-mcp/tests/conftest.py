@@ -1,9 +1,14 @@
 """Fixtures of the MCP plugin's tests: real MCP servers (the toolbox test server and the example calculator, over
 stdio and over streamable HTTP on 127.0.0.1), sources started and closed around a test, the processes a test must
-see gone, the real SmolLM2 tokenizer, and the Ray lock of the tests that start Ray."""
+see gone, the console script, the real SmolLM2 tokenizer, and the Ray lock of the tests that start Ray.
+
+The suite runs with ``--import-mode=importlib`` from the repository's root, where a test module cannot import this
+file or a sibling: what the tests share are fixtures.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import signal
@@ -11,17 +16,19 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from agentr1_core.testing.fixtures import ray_lock  # noqa: F401 - the Ray tests of every folder take turns
+pytest.register_assert_rewrite("agentr1_core.testing.fixtures")  # as when the root's conftest loads it first
+from agentr1_core.testing.fixtures import ray_lock  # noqa: E402,F401 - the Ray tests of every folder take turns
 
 SERVERS = Path(__file__).parent / "servers"
 TOOLBOX = SERVERS / "toolbox_server.py"
 CLI = shutil.which("agentr1-core") or str(Path(sys.executable).parent / "agentr1-core")
 
 
-def toolbox(*flags: str, **settings) -> dict:
+def toolbox_settings(*flags: str, **settings) -> dict:
     """The settings of a stdio toolbox server."""
     return {"command": "python", "args": [str(TOOLBOX), *flags], **settings}
 
@@ -57,6 +64,34 @@ def children_of(pid: int) -> list[int]:
             except (FileNotFoundError, ProcessLookupError, ValueError):
                 pass
     return found
+
+
+@pytest.fixture(scope="session")
+def toolbox():
+    """``toolbox(*flags, **settings)``: the ``mcp.servers`` entry of a stdio toolbox server; ``toolbox.path`` is its
+    script, ``toolbox.module`` the script loaded (its ``TOOLS``), ``toolbox.servers`` the folder of test servers."""
+    spec = importlib.util.spec_from_file_location("agentr1_mcp_test_toolbox", TOOLBOX)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    toolbox_settings.path, toolbox_settings.module, toolbox_settings.servers = TOOLBOX, module, SERVERS
+    return toolbox_settings
+
+
+@pytest.fixture(scope="session")
+def processes():
+    """What the tests ask of processes: ``alive(pid)``, ``children_of(pid)``, ``wait_until_gone(pids)``."""
+    return SimpleNamespace(alive=alive, children_of=children_of, wait_until_gone=wait_until_gone)
+
+
+@pytest.fixture(scope="session")
+def run_cli():
+    """``run_cli(*args)``: the installed ``agentr1-core`` console script, its output captured."""
+
+    def run(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+        return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=timeout)
+
+    run.path = CLI
+    return run
 
 
 @pytest.fixture

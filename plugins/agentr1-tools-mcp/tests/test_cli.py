@@ -6,20 +6,14 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 
-from conftest import CLI, TOOLBOX, alive, children_of
 
 CALCULATOR_SCHEMA = {"type": "object", "properties": {"expression": {"type": "string",
                                                                     "description": "for example (12 + 3) * 4"}},
                      "required": ["expression"]}
 
 
-def run_cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=timeout)
-
-
-def test_plugins_lists_the_distribution_and_its_components():
+def test_plugins_lists_the_distribution_and_its_components(run_cli):
     out = run_cli("plugins", "--json")
     assert out.returncode == 0, out.stderr
     row = {r["plugin"]: r for r in json.loads(out.stdout)["plugins"]}["mcp"]
@@ -28,15 +22,15 @@ def test_plugins_lists_the_distribution_and_its_components():
                                  "dataset": ["time_conversions"], "tool_source": ["mcp"]}
 
 
-def test_mcp_list_prints_the_tools_and_schemas_of_every_server():
-    out = run_cli("mcp", "list", "calculator-mcp", f"mcp.servers.box={{command: python, args: [{TOOLBOX}, --only, "
+def test_mcp_list_prints_the_tools_and_schemas_of_every_server(run_cli, toolbox):
+    out = run_cli("mcp", "list", "calculator-mcp", f"mcp.servers.box={{command: python, args: [{toolbox.path}, --only, "
                                                    f"echo], rename: {{echo: say}}}}")
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == [
         "calc (stdio: python -m agentr1_tools_mcp.examples.calculator_server): 1 tool(s)",
         "  calculator [env.tools]: Evaluate an arithmetic expression with + - * / // % ** and parentheses.",
         f"    {json.dumps(CALCULATOR_SCHEMA)}",
-        f"box (stdio: python {TOOLBOX} --only echo): 1 tool(s)",
+        f"box (stdio: python {toolbox.path} --only echo): 1 tool(s)",
         "  say: Say the text back.",
         '    {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}']
     as_json = run_cli("mcp", "list", "calculator-mcp", "--json")
@@ -46,14 +40,14 @@ def test_mcp_list_prints_the_tools_and_schemas_of_every_server():
     assert "Loading weights" not in out.stderr + as_json.stderr  # no model
 
 
-def test_a_run_reports_every_problem_of_its_servers_and_references_at_once():
+def test_a_run_reports_every_problem_of_its_servers_and_references_at_once(run_cli, toolbox, processes):
     overrides = [
         "env.tools=[mcp:calc, mcp:dead]", "rollout.n=0",
-        f"mcp.servers.dead={{command: python, args: [{TOOLBOX}, --fail-start]}}",
+        f"mcp.servers.dead={{command: python, args: [{toolbox.path}, --fail-start]}}",
         "mcp.servers.absent={command: no-such-mcp-server, args: [--port, '1']}",
-        f"mcp.servers.empty={{command: python, args: [{TOOLBOX}, --no-tools]}}",
+        f"mcp.servers.empty={{command: python, args: [{toolbox.path}, --no-tools]}}",
         "mcp.servers.gone={url: 'http://127.0.0.1:9/mcp', timeout: 5}",
-        f"mcp.servers.renamed={{command: python, args: [{TOOLBOX}], rename: {{ecko: say}}}}",
+        f"mcp.servers.renamed={{command: python, args: [{toolbox.path}], rename: {{ecko: say}}}}",
         "mcp.servers.typo={command: python, argz: [-m, x]}",
     ]
     out = run_cli("run", "calculator-mcp", "run_dir=/nonexistent/never-written", *overrides)
@@ -63,10 +57,10 @@ def test_a_run_reports_every_problem_of_its_servers_and_references_at_once():
     expected = {
         "rollout.n": "rollout.n: must be >= 1",
         "dead": f"mcp.servers.dead: the stdio server did not start: it exited before it answered; command: python "
-                f"{TOOLBOX} --fail-start; its stderr: toolbox: cannot open the database",
+                f"{toolbox.path} --fail-start; its stderr: toolbox: cannot open the database",
         "absent": "mcp.servers.absent: the stdio server did not start: it exited before it answered; command: "
                   "no-such-mcp-server --port 1; its stderr: command not found: no-such-mcp-server",
-        "empty": f"mcp.servers.empty: the server lists no tools (python {TOOLBOX} --no-tools)",
+        "empty": f"mcp.servers.empty: the server lists no tools (python {toolbox.path} --no-tools)",
         "gone": "mcp.servers.gone: the streamable HTTP server did not answer: ConnectError: All connection attempts "
                 "failed; url: http://127.0.0.1:9/mcp",
         "renamed": "mcp.servers.renamed.rename: the server has no tool 'ecko' (did you mean 'echo'?); its tools: "
@@ -78,10 +72,10 @@ def test_a_run_reports_every_problem_of_its_servers_and_references_at_once():
         assert sum(ln.startswith(prefix + line) for ln in lines) == 1, (what, lines)
     assert len(lines) == len(expected), lines
     assert not os.path.exists("/nonexistent/never-written")
-    assert [p for p in children_of(os.getpid()) if alive(p)] == []
+    assert [p for p in processes.children_of(os.getpid()) if processes.alive(p)] == []
 
 
-def test_an_unknown_server_or_tool_in_env_tools_is_named_with_a_close_match():
+def test_an_unknown_server_or_tool_in_env_tools_is_named_with_a_close_match(run_cli):
     out = run_cli("run", "calculator-mcp", "run_dir=/nonexistent/never-written", "env.tools=[mcp:calc/calculater]")
     assert out.returncode == 2
     assert out.stderr.strip() == ("agentr1-core: error: config error at mcp.servers.calc: env.tools names "

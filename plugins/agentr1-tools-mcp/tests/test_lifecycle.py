@@ -15,7 +15,6 @@ import time
 import uuid
 
 import pytest
-from conftest import CLI, TOOLBOX, alive, children_of, toolbox, wait_until_gone
 
 from agentr1_core.tools import call_tool
 
@@ -24,7 +23,7 @@ def call(tool, arguments=None):
     return asyncio.run(call_tool(tool, arguments or {}))
 
 
-def test_a_server_that_dies_is_started_again_once_at_the_next_call(start_source, tmp_path):
+def test_a_server_that_dies_is_started_again_once_at_the_next_call(start_source, toolbox, processes):
     source = start_source({"box": toolbox()})
     tools = {t.name: t for t in source.tools("box")}
     first = int(call(tools["whoami"]).text)
@@ -32,16 +31,17 @@ def test_a_server_that_dies_is_started_again_once_at_the_next_call(start_source,
     assert died.error == "server_unavailable"
     assert died.text.startswith("Error: crash: the MCP server box stopped during the call (its connection closed; "
                                 "command: python ") and died.text.endswith("it is started again at the next call")
-    assert wait_until_gone([first]) == []
+    assert processes.wait_until_gone([first]) == []
     second = int(call(tools["whoami"]).text)  # the next call started a new server
-    assert second != first and alive(second)
+    assert second != first and processes.alive(second)
     again = call(tools["crash"])
     assert again.error == "server_unavailable" and again.text.endswith("it is not started again")
     for _ in range(2):  # from now on every call is an error observation, and nothing is started
         after = call(tools["echo"], {"text": "hi"})
         assert after.error == "server_unavailable"
         assert after.text.startswith("Error: echo: the MCP server box stopped again and is not restarted")
-    assert wait_until_gone([second]) == [] and [p for p in children_of(os.getpid()) if alive(p)] == []
+    assert processes.wait_until_gone([second]) == []
+    assert [p for p in processes.children_of(os.getpid()) if processes.alive(p)] == []
 
 
 def test_an_http_server_that_goes_away_is_an_error_observation(start_source, http_toolbox):
@@ -58,12 +58,12 @@ def test_an_http_server_that_goes_away_is_an_error_observation(start_source, htt
     assert again.error == "server_unavailable" and "did not start again" in again.text, again.text
 
 
-def test_close_stops_every_stdio_server_even_one_that_ignores_the_end_of_its_input(start_source):
+def test_close_stops_every_stdio_server_even_one_that_ignores_the_end_of_its_input(start_source, toolbox, processes):
     source = start_source({"polite": toolbox(), "stubborn": toolbox("--stubborn")})
     pids = [int(call(source.tools(f"{name}/whoami")[0]).text) for name in ("polite", "stubborn")]
-    assert all(alive(p) for p in pids)
+    assert all(processes.alive(p) for p in pids)
     source.close()
-    assert wait_until_gone(pids, seconds=1) == []  # close waited for them: the stubborn one got SIGTERM
+    assert processes.wait_until_gone(pids, seconds=1) == []  # close waited for them: the stubborn one got SIGTERM
     source.close()  # twice is fine
 
 
@@ -78,15 +78,15 @@ HOLDER = textwrap.dedent("""
 """)
 
 
-def test_a_server_dies_with_a_parent_killed_outright(tmp_path):
+def test_a_server_dies_with_a_parent_killed_outright(toolbox, processes):
     """The server ignores the end of its input (``--stubborn``), so only the parent-death signal stops it."""
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(TOOLBOX)], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(toolbox.path)], stdout=subprocess.PIPE, text=True)
     try:
         server = int(holder.stdout.readline())
-        assert alive(server) and server in children_of(holder.pid)
+        assert processes.alive(server) and server in processes.children_of(holder.pid)
         holder.kill()
         holder.wait()
-        assert wait_until_gone([server]) == [], "the server outlived its parent"
+        assert processes.wait_until_gone([server]) == [], "the server outlived its parent"
     finally:
         holder.kill()
 
@@ -105,7 +105,7 @@ trainer: {{total_steps: 50}}
 """
 
 
-def _tagged(tag: str) -> list[int]:
+def _tagged(tag: str, processes) -> list[int]:
     """The processes whose environment carries ``AGENTR1_MCP_TEST_TAG=tag``."""
     found = []
     for entry in os.listdir("/proc"):
@@ -116,27 +116,27 @@ def _tagged(tag: str) -> list[int]:
                         found.append(int(entry))
             except (FileNotFoundError, ProcessLookupError, PermissionError):
                 pass
-    return [p for p in found if alive(p)]
+    return [p for p in found if processes.alive(p)]
 
 
 @pytest.mark.slow
-def test_sigterm_to_a_real_run_leaves_no_server_running(tmp_path):
+def test_sigterm_to_a_real_run_leaves_no_server_running(tmp_path, toolbox, processes, run_cli):
     tag = uuid.uuid4().hex
     config = tmp_path / "tiny-mcp.yaml"
-    config.write_text(TINY_RUN.format(tag=tag, toolbox=TOOLBOX))
-    run = subprocess.Popen([CLI, "run", str(config), f"run_dir={tmp_path / 'run'}", "validation.before=false"],
+    config.write_text(TINY_RUN.format(tag=tag, toolbox=toolbox.path))
+    run = subprocess.Popen([run_cli.path, "run", str(config), f"run_dir={tmp_path / 'run'}", "validation.before=false"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         seen: list[int] = []
         for line in run.stdout:  # the trainer's own server starts before [setup] (the checks' one is closed by then)
             if line.startswith("[setup]"):
-                seen = _tagged(tag)
+                seen = _tagged(tag, processes)
                 break
-        assert seen and all(p in children_of(run.pid) for p in seen), seen
+        assert seen and all(p in processes.children_of(run.pid) for p in seen), seen
         time.sleep(1)
         run.send_signal(signal.SIGTERM)
         out, err = run.communicate(timeout=600)
         assert run.returncode == 128 + signal.SIGTERM, err[-2000:]
-        assert wait_until_gone(seen, seconds=5) == [] and _tagged(tag) == []
+        assert processes.wait_until_gone(seen, seconds=5) == [] and _tagged(tag, processes) == []
     finally:
         run.kill()

@@ -9,8 +9,6 @@ import json
 import threading
 
 import pytest
-from conftest import toolbox
-
 from agentr1_core.tool_formats import HermesFormat
 from agentr1_core.tool_sources import ToolSourceError
 from agentr1_core.tools import call_tool
@@ -19,7 +17,7 @@ ALL_TOOLS = ["echo", "shout", "slow", "fail", "picture", "document", "crash", "w
 
 
 @pytest.fixture(params=["stdio", "http"])
-def box(request, start_source):
+def box(request, start_source, toolbox):
     """A started source with one toolbox server ``box``, over each transport."""
     if request.param == "stdio":
         return start_source({"box": toolbox()})
@@ -31,14 +29,10 @@ def call(tool, arguments):
     return asyncio.run(call_tool(tool, arguments))
 
 
-def test_every_page_of_the_listing_with_each_schema_exactly_as_the_server_gives_it(box):
-    import mcp_types as types
-
+def test_every_page_of_the_listing_with_each_schema_exactly_as_the_server_gives_it(box, toolbox):
     tools = box.tools("box")
     assert [t.name for t in tools] == ALL_TOOLS  # four pages of two (and one of one), in the server's order
-    from servers.toolbox_server import TOOLS
-
-    listed: dict[str, types.Tool] = {t.name: t for t in TOOLS}
+    listed = {t.name: t for t in toolbox.module.TOOLS}
     for tool in tools:
         assert tool.description == listed[tool.name].description
         assert json.dumps(tool.parameters) == json.dumps(listed[tool.name].input_schema)  # keys in their order too
@@ -99,7 +93,7 @@ def test_calls_of_concurrent_episodes_overlap_in_the_server(box):
     assert answers == ["met"] * 4
 
 
-def test_references_and_rename(start_source):
+def test_references_and_rename(start_source, toolbox):
     source = start_source({"box": toolbox("--only", "echo,shout", rename={"echo": "repeat"})})
     assert [t.name for t in source.tools("box")] == ["repeat", "shout"]
     (repeat,) = source.tools("box/echo")  # the server's name or the one shown
@@ -113,7 +107,7 @@ def test_references_and_rename(start_source):
         source.tools("bx")
 
 
-def test_a_call_past_the_servers_timeout_is_a_timeout_error_and_the_next_call_is_answered(start_source):
+def test_a_call_past_the_servers_timeout_is_a_timeout_error_and_the_next_call_is_answered(start_source, toolbox):
     source = start_source({"box": toolbox(timeout=1)})
     tools = {t.name: t for t in source.tools("box")}
     late = call(tools["slow"], {"seconds": 30})

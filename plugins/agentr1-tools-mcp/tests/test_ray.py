@@ -8,7 +8,6 @@ import json
 import os
 
 import pytest
-from conftest import SERVERS, wait_until_gone
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +33,7 @@ def tiny_model(tmp_path_factory, smol_tokenizer) -> str:
                            num_kv_heads=1)
 
 
-def test_each_rollout_worker_starts_its_own_server(ray_cluster, tiny_model, tmp_path):
+def test_each_rollout_worker_starts_its_own_server(ray_cluster, tiny_model, tmp_path, toolbox, processes):
     from agentr1_core.config import load_config
     from agentr1_core.runner import run
 
@@ -42,7 +41,7 @@ def test_each_rollout_worker_starts_its_own_server(ray_cluster, tiny_model, tmp_
     overrides = [f"model.path={tiny_model}", f"run_dir={tmp_path / 'run'}", "stages=[sft, rl]",
                  "validation.before=false", "data.val=null", "sft.rows=8", "sft.batch_size=8",
                  "trainer.total_steps=1", "rollout.max_new_tokens=16",
-                 f"mcp.servers.calc={{command: python, args: [{SERVERS / 'logged_calculator.py'}, {log}]}}",
+                 f"mcp.servers.calc={{command: python, args: [{toolbox.servers / 'logged_calculator.py'}, {log}]}}",
                  "env.tools=[mcp:calc]", "trainer.name=ray", "trainer.params.rollout_workers=2",
                  "trainer.params.worker_cpus=0.5"]
     run(load_config("tiny", overrides))
@@ -53,4 +52,4 @@ def test_each_rollout_worker_starts_its_own_server(ray_cluster, tiny_model, tmp_
            if '"event": "sft"' in line][0]
     assert sft["expert_episodes"] == 8 and sft["expert_success_rate"] == 1.0  # each call answered by a server...
     assert sft["expert_tool_errors"] == {}  # ...of a worker: the episodes ran there
-    assert wait_until_gone([pid for pid, _ in started]) == []
+    assert processes.wait_until_gone([pid for pid, _ in started]) == []

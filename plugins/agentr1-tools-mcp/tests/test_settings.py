@@ -6,7 +6,6 @@ from __future__ import annotations
 import sys
 
 import pytest
-from conftest import toolbox
 
 from agentr1_core.tool_sources import ToolSourceError
 from agentr1_tools_mcp.settings import parse_servers
@@ -52,7 +51,7 @@ def test_a_server_name_cannot_hold_a_slash():
         "mcp:NAME and mcp:NAME/TOOL in env.tools)"]
 
 
-def test_start_reports_the_mistakes_with_the_servers_problems(start_source):
+def test_start_reports_the_mistakes_with_the_servers_problems(start_source, toolbox):
     with pytest.raises(ToolSourceError) as err:
         start_source({"good": toolbox(), "empty": toolbox("--no-tools"), "typo": {"comand": "python"}})
     assert str(err.value).splitlines() == [

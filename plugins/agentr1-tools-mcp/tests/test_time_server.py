@@ -23,7 +23,8 @@ from agentr1_tools_mcp.examples.time_task import time_conversion_rows
 @pytest.fixture
 def time_env() -> ToolEnv:
     if importlib.util.find_spec("mcp_server_time") is None:
-        missing("mcp-server-time is not installed (pip install -c constraints.txt -e 'plugins/agentr1-tools-mcp[test]')")
+        missing("mcp-server-time is not installed (pip install -c constraints.txt "
+                "-e 'plugins/agentr1-tools-mcp[test]')")
     cfg = load_config("time-mcp")
     tool_sources.configure(cfg, get_registry())
     return ToolEnv(tools=list(cfg.env.tools), system_prompt=cfg.env.system_prompt)

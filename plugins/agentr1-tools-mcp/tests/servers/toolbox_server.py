@@ -39,7 +39,8 @@ TOOLS = [
     types.Tool(name="document", description="An embedded resource.", input_schema={"type": "object", "properties": {}}),
     types.Tool(name="crash", description="The server exits during the call.",
                input_schema={"type": "object", "properties": {}}),
-    types.Tool(name="whoami", description="The server's process id.", input_schema={"type": "object", "properties": {}}),
+    types.Tool(name="whoami", description="The server's process id.",
+               input_schema={"type": "object", "properties": {}}),
     types.Tool(name="meet", description="Answers once `count` calls are in the server at the same time.",
                input_schema={"type": "object", "properties": {"count": {"type": "integer"}}, "required": ["count"]}),
 ]
