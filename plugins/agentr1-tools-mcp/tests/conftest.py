@@ -77,10 +77,35 @@ def toolbox():
     return toolbox_settings
 
 
+def runs(pid: int, text: str) -> bool:
+    """Whether the command line of ``pid`` holds ``text``."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            return text.encode() in cmdline.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def tagged(tag: str) -> list[int]:
+    """The running processes whose environment holds ``AGENTR1_MCP_TEST_TAG=tag`` (a server a test started)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as env:
+                    if f"AGENTR1_MCP_TEST_TAG={tag}".encode() in env.read().split(b"\0"):
+                        found.append(int(entry))
+            except (FileNotFoundError, ProcessLookupError, PermissionError):
+                pass
+    return [p for p in found if alive(p)]
+
+
 @pytest.fixture(scope="session")
 def processes():
-    """What the tests ask of processes: ``alive(pid)``, ``children_of(pid)``, ``wait_until_gone(pids)``."""
-    return SimpleNamespace(alive=alive, children_of=children_of, wait_until_gone=wait_until_gone)
+    """What the tests ask of processes: ``alive(pid)``, ``children_of(pid)``, ``wait_until_gone(pids)``,
+    ``runs(pid, text)``, ``tagged(tag)``."""
+    return SimpleNamespace(alive=alive, children_of=children_of, wait_until_gone=wait_until_gone, runs=runs,
+                           tagged=tagged)
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 
 
 CALCULATOR_SCHEMA = {"type": "object", "properties": {"expression": {"type": "string",
@@ -41,13 +42,15 @@ def test_mcp_list_prints_the_tools_and_schemas_of_every_server(run_cli, toolbox)
 
 
 def test_a_run_reports_every_problem_of_its_servers_and_references_at_once(run_cli, toolbox, processes):
+    tag = uuid.uuid4().hex
+    env = f"env: {{AGENTR1_MCP_TEST_TAG: {tag}}}"
     overrides = [
         "env.tools=[mcp:calc, mcp:dead]", "rollout.n=0",
-        f"mcp.servers.dead={{command: python, args: [{toolbox.path}, --fail-start]}}",
+        f"mcp.servers.dead={{command: python, args: [{toolbox.path}, --fail-start], {env}}}",
         "mcp.servers.absent={command: no-such-mcp-server, args: [--port, '1']}",
-        f"mcp.servers.empty={{command: python, args: [{toolbox.path}, --no-tools]}}",
+        f"mcp.servers.empty={{command: python, args: [{toolbox.path}, --no-tools], {env}}}",
         "mcp.servers.gone={url: 'http://127.0.0.1:9/mcp', timeout: 5}",
-        f"mcp.servers.renamed={{command: python, args: [{toolbox.path}], rename: {{ecko: say}}}}",
+        f"mcp.servers.renamed={{command: python, args: [{toolbox.path}], rename: {{ecko: say}}, {env}}}",
         "mcp.servers.typo={command: python, argz: [-m, x]}",
     ]
     out = run_cli("run", "calculator-mcp", "run_dir=/nonexistent/never-written", *overrides)
@@ -72,7 +75,7 @@ def test_a_run_reports_every_problem_of_its_servers_and_references_at_once(run_c
         assert sum(ln.startswith(prefix + line) for ln in lines) == 1, (what, lines)
     assert len(lines) == len(expected), lines
     assert not os.path.exists("/nonexistent/never-written")
-    assert [p for p in processes.children_of(os.getpid()) if processes.alive(p)] == []
+    assert processes.tagged(tag) == []  # the checks stopped every server they started
 
 
 def test_an_unknown_server_or_tool_in_env_tools_is_named_with_a_close_match(run_cli):

@@ -41,7 +41,7 @@ def test_a_server_that_dies_is_started_again_once_at_the_next_call(start_source,
         assert after.error == "server_unavailable"
         assert after.text.startswith("Error: echo: the MCP server box stopped again and is not restarted")
     assert processes.wait_until_gone([second]) == []
-    assert [p for p in processes.children_of(os.getpid()) if processes.alive(p)] == []
+    assert [p for p in processes.children_of(os.getpid()) if processes.alive(p) and processes.runs(p, "toolbox")] == []
 
 
 def test_an_http_server_that_goes_away_is_an_error_observation(start_source, http_toolbox):
@@ -105,20 +105,6 @@ trainer: {{total_steps: 50}}
 """
 
 
-def _tagged(tag: str, processes) -> list[int]:
-    """The processes whose environment carries ``AGENTR1_MCP_TEST_TAG=tag``."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/environ", "rb") as env:
-                    if f"AGENTR1_MCP_TEST_TAG={tag}".encode() in env.read().split(b"\0"):
-                        found.append(int(entry))
-            except (FileNotFoundError, ProcessLookupError, PermissionError):
-                pass
-    return [p for p in found if processes.alive(p)]
-
-
 @pytest.mark.slow
 def test_sigterm_to_a_real_run_leaves_no_server_running(tmp_path, toolbox, processes, run_cli):
     tag = uuid.uuid4().hex
@@ -130,13 +116,13 @@ def test_sigterm_to_a_real_run_leaves_no_server_running(tmp_path, toolbox, proce
         seen: list[int] = []
         for line in run.stdout:  # the trainer's own server starts before [setup] (the checks' one is closed by then)
             if line.startswith("[setup]"):
-                seen = _tagged(tag, processes)
+                seen = processes.tagged(tag)
                 break
         assert seen and all(p in processes.children_of(run.pid) for p in seen), seen
         time.sleep(1)
         run.send_signal(signal.SIGTERM)
         out, err = run.communicate(timeout=600)
         assert run.returncode == 128 + signal.SIGTERM, err[-2000:]
-        assert processes.wait_until_gone(seen, seconds=5) == [] and _tagged(tag, processes) == []
+        assert processes.wait_until_gone(seen, seconds=5) == [] and processes.tagged(tag) == []
     finally:
         run.kill()
