@@ -166,19 +166,13 @@ def start_referenced(cfg: Any, registry: Any) -> list[str]:
 
 def check_references(cfg: Any, registry: Any, entries: list[tuple[str, str]]) -> tuple[list[str], list[str]]:
     """``(problems, listing lines)`` for the ``env.tools`` entries ``[(key path, name)]``: each source reference is
-    resolved (its source started as a run starts it, and stopped again), and two entries giving tools of one name
-    are a problem."""
-    try:
-        return _check_references(cfg, registry, entries)
-    finally:
-        close_all()  # the processes that play episodes start their own (start_referenced)
-
-
-def _check_references(cfg: Any, registry: Any, entries: list[tuple[str, str]]) -> tuple[list[str], list[str]]:
+    resolved (its source started as a run starts it; the caller stops it with ``close_all``), and two entries
+    giving tools of one name are a problem. A source that fails to start is reported once, not once per entry."""
     configure(cfg, registry)
     problems: list[str] = []
     lines: list[str] = []
     seen: dict[str, str] = {}
+    failed: set[str] = set()
     for key, name in entries:
         parts = split_reference(name)
         if parts is None:
@@ -188,10 +182,20 @@ def _check_references(cfg: Any, registry: Any, entries: list[tuple[str, str]]) -
                 continue  # an unknown tool is reported by the component checks
             names = [called]
         else:
+            if parts[0] in failed:
+                continue
+            try:
+                active(parts[0], registry)
+            except Exception as exc:  # the source's own problems (a server that does not start), once
+                failed.add(parts[0])
+                problems.extend(str(exc).splitlines() if isinstance(exc, UserError) else
+                                [f"config error at {parts[0]}: failed to start: {type(exc).__name__}: {exc}"])
+                continue
             try:
                 tools = resolve(name, registry)
             except UserError as exc:
-                problems.extend(str(exc).splitlines())
+                problems.extend(line if name in line else f"{line} ({key} = {name})"  # which entry, unless it says
+                                for line in str(exc).splitlines())
                 continue
             except Exception as exc:
                 problems.append(f"config error at {key}: {name} failed: {type(exc).__name__}: {exc}")

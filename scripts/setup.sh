@@ -17,6 +17,6 @@ PIP=(.venv/bin/python -m pip install -q -c constraints.txt)
 "${PIP[@]}" -e ".[test,lora,bench]"  # bench: TRL, for the peer benchmarks' smoke runs in tests/bench
 for plugin in plugins/*/; do
   case "$plugin" in plugins/agentr1-model-*) continue ;; esac
-  [ -f "$plugin/pyproject.toml" ] && "${PIP[@]}" -e "$plugin"
+  [ -f "$plugin/pyproject.toml" ] && "${PIP[@]}" -e "${plugin%/}[test]"  # with what its tests need
 done
 echo "agentr1 is set up in .venv: .venv/bin/agentr1-core --help"

@@ -71,7 +71,8 @@ def test_the_checks_list_the_tools_and_report_every_problem_at_once(registry, ca
 def test_an_unknown_reference_a_source_that_does_not_start_and_two_tools_of_one_name(registry):
     from agentr1_core.preflight import preflight
 
-    cases = [(["env.tools=[echoes:hii]"], "no word 'hii' (did you mean 'hi'?)"),
+    cases = [(["env.tools=[echoes:hii]"],
+              "no word 'hii' (did you mean 'hi'?); words: hi, bye (env.tools[0] = echoes:hii)"),
              (["env.tools=[echoes:all]", "echoes.fail_to_start=true"], "the echo server did not start"),
              (["env.tools=[calculator, echoes:all]", "echoes.name_as=calculator"],
               "config error at env.tools[1]: a tool named 'calculator' comes from echoes:all and from env.tools[0]")]

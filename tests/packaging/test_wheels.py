@@ -31,6 +31,7 @@ DISTRIBUTIONS = {  # distribution -> source folder
     "agentr1-opd": ROOT / "plugins" / "agentr1-opd",
     "agentr1-gateway": ROOT / "plugins" / "agentr1-gateway",
     "agentr1-tools-papers": ROOT / "plugins" / "agentr1-tools-papers",
+    "agentr1-tools-mcp": ROOT / "plugins" / "agentr1-tools-mcp",
 }
 TINY = ["stages=[rl]", "trainer.total_steps=1", "trainer.checkpoint_every=-1", "rollout.batch_size=1", "rollout.n=2",
         "rollout.max_new_tokens=8", "rollout.max_turns=2", "validation.every=0", "validation.max_rows=1"]
@@ -39,13 +40,15 @@ RECIPES = {  # config -> (distribution, recipe-specific tiny overrides, or None:
     "webshop": ("agentr1-env-webshop", ["env.max_steps=2"]),
     "calculator-openai": ("agentr1-gateway", []),  # the example agent module ships in the wheel
     "papersearch-cpu": ("agentr1-tools-papers", []),
+    "calculator-mcp": ("agentr1-tools-mcp", []),  # the example server ships in the wheel and starts from it
     # Their one-iteration runs passed here too (about 5 and 6 minutes on a loaded 2-core machine); left out of every
     # CI run to keep this file to minutes: their recipes' own smoke tests run the same code from the checkout.
     "alfworld": ("agentr1-env-alfworld", None),
     "opd": ("agentr1-opd", None),
+    "time-mcp": ("agentr1-tools-mcp", None),  # its server (mcp-server-time) is the test extra's, not the wheel's
 }
 DATA_SUFFIXES = (".json", ".jsonl", ".zip")
-GENERATED_DATA = ("opd", "calculator-openai")  # recipes whose rows are generated, with no data file
+GENERATED_DATA = ("opd", "calculator-openai", "calculator-mcp", "time-mcp")  # recipes whose rows are generated, with no data file
 
 
 def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: int = 900) -> subprocess.CompletedProcess:
