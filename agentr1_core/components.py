@@ -72,19 +72,6 @@ def selected(cfg: DictConfig) -> Iterator[tuple[str, str, str, dict[str, Any]]]:
                 yield f"{path}[{i}]", kind, name, entry
 
 
-def tool_entries(cfg: DictConfig) -> list[tuple[str, str]]:
-    """``[(key path, entry)]`` of every ``env.tools`` entry: registered tool names and source references."""
-    node = OmegaConf.select(cfg, "env.tools")
-    if not OmegaConf.is_list(node):
-        return []
-    out = []
-    for i, item in enumerate(node):
-        name = item if isinstance(item, str) else (item.get("name") if OmegaConf.is_dict(item) else None)
-        if isinstance(name, str):
-            out.append((f"env.tools[{i}]", name))
-    return out
-
-
 def _source_problems(cfg: DictConfig, registry: Registry) -> dict[str, str]:
     """The references to tool sources no plugin registers, and the sections of those referenced that their
     factory does not accept (``mcp.servers``), by key path."""

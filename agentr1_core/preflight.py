@@ -29,14 +29,14 @@ from typing import Any, Iterator
 
 from omegaconf import DictConfig, OmegaConf
 
-from agentr1_core.components import build_reward_fn, component, component_problems, tool_entries
+from agentr1_core.components import build_reward_fn, component, component_problems
 from agentr1_core.errors import ConfigError, UserError, failed_to_start, one_line
 from agentr1_core.jsonl import JsonlError, capped
 from agentr1_core.kinds import RESERVED
 from agentr1_core.plugins import Registry
 from agentr1_core.rows import RowNeed, declared_fields, row_problems
 from agentr1_core.tool_rows import tool_row_check
-from agentr1_core.tool_sources import check_references, close_all
+from agentr1_core.tool_sources import check_references, close_all, tool_entries
 
 MAX_LINES = 40  # problem lines printed in all; the count of the others follows
 

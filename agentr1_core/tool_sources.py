@@ -66,20 +66,25 @@ def split_reference(name: str) -> tuple[str, str] | None:
     return (match.group(1), match.group(2)) if match else None
 
 
-def references(cfg: Any) -> list[tuple[str, str]]:
-    """``[(key path, entry)]`` of the ``env.tools`` entries of the run config ``cfg`` that name a tool source's
-    tools (``mcp:calc``)."""
+def tool_entries(cfg: Any) -> list[tuple[str, str]]:
+    """``[(key path, entry)]`` of every named ``env.tools`` entry of the run config ``cfg``: registered tool names
+    and source references."""
     from omegaconf import OmegaConf
 
     node = OmegaConf.select(cfg, "env.tools")
     if not OmegaConf.is_list(node):
         return []
-    found = []
+    out = []
     for i, item in enumerate(node):
         name = item if isinstance(item, str) else (item.get("name") if OmegaConf.is_dict(item) else None)
-        if isinstance(name, str) and split_reference(name) is not None:
-            found.append((f"env.tools[{i}]", name))
-    return found
+        if isinstance(name, str):
+            out.append((f"env.tools[{i}]", name))
+    return out
+
+
+def references(cfg: Any) -> list[tuple[str, str]]:
+    """The ``tool_entries`` that name a tool source's tools (``mcp:calc``)."""
+    return [(key, name) for key, name in tool_entries(cfg) if split_reference(name) is not None]
 
 
 _lock = threading.Lock()

@@ -9,7 +9,7 @@ import json
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from agentr1_core.components import source_references
+    from agentr1_core.tool_sources import references as source_references
     from agentr1_core.config import load_config
     from agentr1_core.plugins import get_registry
     from agentr1_core.tool_sources import sections_of
