@@ -232,7 +232,8 @@ def test_the_account_on_cuda_keeps_device_tensors_out_of_host_rss_cuda_mock(tiny
     stats.update(allocated=500 * memory.MB, reserved=900 * memory.MB)  # a later, lower occurrence: the highest is kept
     _one_update_phase(tiny_trainer)
     acc = tiny_trainer.memory_account()["update"]
-    assert acc["unexplained"] == pytest.approx(acc["peak"] - acc["baseline"], abs=0.1)  # nothing subtracted
+    # nothing subtracted; peak, baseline and unexplained are each rounded to 0.1 MB, so they agree within 3 x 0.05
+    assert acc["unexplained"] == pytest.approx(acc["peak"] - acc["baseline"], abs=0.16)
     assert "weights" not in acc and "optimizer" not in acc
     device = acc["device"]
     assert device["allocated_peak"] == 700.0 and device["reserved_peak"] == 1024.0
