@@ -48,6 +48,28 @@ class ModelConfig:
 
 
 @dataclass
+class DynamicSamplingConfig:
+    """DAPO's dynamic sampling (``trainers.dynamic_sampling``): a group whose episodes all got the same reward carries
+    no GRPO gradient; it is dropped and more rows are rolled out until ``rollout.batch_size`` informative groups are
+    there, in at most ``max_rounds`` extra rounds of ``rollout.batch_size`` rows each."""
+
+    enabled: bool = False
+    max_rounds: int = 4  # extra rollout rounds per iteration at most; when they are spent, what was found trains
+
+
+@dataclass
+class OverlongConfig:
+    """Episodes cut by a limit (``trainers.overlong``): ``mask`` keeps them out of the loss (their rewards
+    still count in their group's baseline); ``penalty`` lowers the episode's reward linearly over the last
+    ``buffer_tokens`` tokens of a step's ``rollout.max_new_tokens``, by ``penalty_factor`` at the limit (DAPO's
+    soft overlong punishment); ``none`` trains on them as they are."""
+
+    mode: str = "none"  # none | mask | penalty
+    buffer_tokens: int = 0  # penalty: the last N tokens of the budget over which the penalty grows
+    penalty_factor: float = 1.0  # penalty: the reward subtracted at the budget
+
+
+@dataclass
 class RolloutConfig:
     batch_size: int = 8  # dataset rows per iteration
     n: int = 4  # samples per row (the GRPO group)
@@ -58,6 +80,8 @@ class RolloutConfig:
     max_turns: int = 4
     max_prompt_tokens: int = 2048
     stop: list[str] = field(default_factory=list)
+    dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
+    overlong: OverlongConfig = field(default_factory=OverlongConfig)
 
 
 @dataclass
@@ -150,9 +174,32 @@ class PluginsConfig:
 
 
 @dataclass
+class CurriculumConfig:
+    """Rows sampled by their running pass rate (``trainers.curriculum``): a row whose last ``window`` visits were
+    all solved (``skip_solved``) or all failed (``skip_failed``) is skipped; its state is in the checkpoint."""
+
+    enabled: bool = False
+    window: int = 2  # visits (RL rollouts of the row) the pass rate is read over
+    skip_solved: bool = True
+    skip_failed: bool = True
+
+
+@dataclass
 class DataConfig:
     train: dict[str, Any] = field(default_factory=lambda: {"name": "jsonl"})
     val: dict[str, Any] | None = None
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
+
+
+@dataclass
+class LoggingConfig:
+    """Where metrics go besides ``metrics.jsonl``: any of ``tensorboard``, ``wandb`` (offline without an account),
+    ``mlflow`` (a local file store), ``trackio``; each but TensorBoard is an optional install
+    (``lifecycle.trackers``)."""
+
+    trackers: list[str] = field(default_factory=lambda: ["tensorboard"])
+    project: str = "agentr1"
+    run_name: str | None = None  # the run folder's name when unset
 
 
 @dataclass
@@ -173,6 +220,7 @@ class RunConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     critic: CriticConfig = field(default_factory=CriticConfig)
     plugins: PluginsConfig = field(default_factory=PluginsConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
 
 
 # The {name: ..., **params} nodes of a run config (agentr1_core.kinds), by key: a new name there starts the node afresh.

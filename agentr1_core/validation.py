@@ -24,6 +24,7 @@ OFF_POLICY_MODES = ("none", "tis", "decoupled")  # trainer.off_policy_correction
 OPTIMIZER_KERNELS = ("auto", "fused", "foreach")  # trainer.optimizer_kernel (trainers.optimizer_steps.make_optimizer)
 IMPORTANCE_CAP_MODES = ("truncate", "mask")  # trainer.importance_cap_mode (algorithms.losses)
 IMPORTANCE_LEVELS = ("token", "sequence", "geometric")  # trainer.importance_level (algorithms.losses)
+OVERLONG_MODES = ("none", "mask", "penalty")  # rollout.overlong.mode (trainers.overlong)
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
 # key path -> smallest valid value (integers and floats alike)
@@ -40,6 +41,8 @@ AT_LEAST: dict[str, float] = {
     "trainer.keep_train_episodes": 0, "trainer.mmap_threshold_kb": 0, "trainer.max_staleness": 0,
     "trainer.importance_cap": 1.0,
     "critic.lr": 0.0, "critic.head_lr": 0.0,
+    "rollout.dynamic_sampling.max_rounds": 0, "rollout.overlong.buffer_tokens": 0,
+    "rollout.overlong.penalty_factor": 0.0, "data.curriculum.window": 1,
     "model.lora.r": 1, "model.lora.alpha": 1, "model.lora.dropout": 0.0,
 }
 
@@ -115,6 +118,12 @@ def value_problems(cfg: DictConfig) -> list[str]:
     found.choice("trainer.optimizer_kernel", cfg.trainer.optimizer_kernel, OPTIMIZER_KERNELS)
     found.choice("trainer.importance_cap_mode", cfg.trainer.importance_cap_mode, IMPORTANCE_CAP_MODES)
     found.choice("trainer.importance_level", cfg.trainer.importance_level, IMPORTANCE_LEVELS)
+    found.choice("rollout.overlong.mode", cfg.rollout.overlong.mode, OVERLONG_MODES)
+    if str(cfg.rollout.overlong.mode) == "penalty":
+        buffer, budget = _number(cfg.rollout.overlong.buffer_tokens), _number(cfg.rollout.max_new_tokens)
+        if buffer is not None and budget is not None and not 0 < buffer <= budget:
+            found.fail("rollout.overlong.buffer_tokens", f"must be in [1, rollout.max_new_tokens={budget:g}] with "
+                       f"mode penalty, got {cfg.rollout.overlong.buffer_tokens!r}")
     if not str(cfg.model.path).strip():
         found.fail("model.path", "is empty; give a local folder, a Hugging Face id or smollm2-135m-instruct")
     if not str(cfg.run_dir).strip():

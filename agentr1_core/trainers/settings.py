@@ -36,6 +36,15 @@ class LoopSettings:
     min_free_bytes: int
     keep_train_episodes: int
     max_staleness: int
+    dynamic_sampling: bool = False  # drop groups of equal rewards and roll out more rows (rollout.dynamic_sampling)
+    dynamic_sampling_rounds: int = 0  # extra rollout rounds per iteration at most
+    overlong_mode: str = "none"  # none | mask | penalty (rollout.overlong)
+    overlong_buffer_tokens: int = 0
+    overlong_penalty_factor: float = 1.0
+    curriculum: bool = False  # skip rows solved or failed on each of their last curriculum_window visits
+    curriculum_window: int = 2
+    curriculum_skip_solved: bool = True
+    curriculum_skip_failed: bool = True
 
     @classmethod
     def from_config(cls, cfg: Any) -> "LoopSettings":
@@ -46,7 +55,7 @@ class LoopSettings:
         resume = str(cfg.trainer.resume)
         if resume not in ("never", "auto"):
             raise ConfigError(f"config error at trainer.resume: must be 'never' or 'auto', got {resume!r}")
-        ro, val, tr = cfg.rollout, cfg.validation, cfg.trainer
+        ro, val, tr, cur = cfg.rollout, cfg.validation, cfg.trainer, cfg.data.curriculum
         train_sampling = SamplingParams(temperature=float(ro.temperature), top_p=float(ro.top_p), top_k=int(ro.top_k),
                                         max_new_tokens=int(ro.max_new_tokens), stop=list(ro.stop))
         val_sampling = SamplingParams(temperature=float(val.temperature), top_p=1.0, top_k=0,
@@ -57,4 +66,10 @@ class LoopSettings:
                    validate_before=bool(val.before), sft_rows=int(cfg.sft.rows),
                    checkpoint_every=int(tr.checkpoint_every), resume=resume == "auto",
                    min_free_bytes=int(float(tr.min_free_gb) * 1024 ** 3),
-                   keep_train_episodes=int(tr.keep_train_episodes), max_staleness=int(tr.max_staleness))
+                   keep_train_episodes=int(tr.keep_train_episodes), max_staleness=int(tr.max_staleness),
+                   dynamic_sampling=bool(ro.dynamic_sampling.enabled),
+                   dynamic_sampling_rounds=int(ro.dynamic_sampling.max_rounds),
+                   overlong_mode=str(ro.overlong.mode), overlong_buffer_tokens=int(ro.overlong.buffer_tokens),
+                   overlong_penalty_factor=float(ro.overlong.penalty_factor),
+                   curriculum=bool(cur.enabled), curriculum_window=int(cur.window),
+                   curriculum_skip_solved=bool(cur.skip_solved), curriculum_skip_failed=bool(cur.skip_failed))
