@@ -118,6 +118,10 @@ def value_problems(cfg: DictConfig) -> list[str]:
     found.choice("trainer.optimizer_kernel", cfg.trainer.optimizer_kernel, OPTIMIZER_KERNELS)
     found.choice("trainer.importance_cap_mode", cfg.trainer.importance_cap_mode, IMPORTANCE_CAP_MODES)
     found.choice("trainer.importance_level", cfg.trainer.importance_level, IMPORTANCE_LEVELS)
+    n = _number(cfg.rollout.n)
+    if bool(cfg.rollout.dynamic_sampling.enabled) and n is not None and n < 2:
+        found.fail("rollout.dynamic_sampling.enabled", f"needs groups of at least 2 episodes (rollout.n >= 2), got "
+                   f"rollout.n={cfg.rollout.n!r}: a group of one never has rewards that differ")
     found.choice("rollout.overlong.mode", cfg.rollout.overlong.mode, OVERLONG_MODES)
     if str(cfg.rollout.overlong.mode) == "penalty":
         buffer, budget = _number(cfg.rollout.overlong.buffer_tokens), _number(cfg.rollout.max_new_tokens)

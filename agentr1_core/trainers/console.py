@@ -20,6 +20,7 @@ from typing import Any
 
 from agentr1_core.algorithms.mismatch import mismatch_warning
 from agentr1_core.algorithms.remax import remax_warning
+from agentr1_core.trainers.dynamic_sampling import cap_note
 
 CRITIC_R2_LIMIT = -0.5  # adv/value_r2 below this (after the first iteration) is said on the console
 
@@ -89,7 +90,7 @@ def console_notes(m: dict[str, Any]) -> list[str]:
                "reward") if with_critic else "every advantage is 0, e.g. every episode of each group scored the same"
         notes.append(f"[update] skipped: no row carries a gradient ({why}); the optimizer did not step and the "
                      "weights are unchanged")
-    for warning in (mismatch_warning(m), remax_warning(m), critic_fit_note(m)):
+    for warning in (cap_note(m), mismatch_warning(m), remax_warning(m), critic_fit_note(m)):
         if warning:
             notes.append(warning)
     return notes

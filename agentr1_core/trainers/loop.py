@@ -274,6 +274,8 @@ class TrainingLoop:
         report_episode_errors(self, trajs, f"iteration {self.iteration}", metrics)
         write_train_episodes(self.run_dir, self.iteration, trajs, settings.keep_train_episodes)
         metrics.update(batch.metrics)  # what the rollout's producer measured (a pipeline's counters and waits)
+        if batch.train_trajectories is not None:  # dynamic sampling kept the informative groups only
+            trajs = batch.train_trajectories
         if source.max_staleness > 0:
             trajs, ages = staleness_metrics(trajs, self.iteration - 1, source.max_staleness)
             metrics.update(ages)

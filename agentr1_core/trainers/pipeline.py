@@ -43,6 +43,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentr1_core.trainers.dynamic_sampling import SampledRollout, sample_rollout
 
 @dataclass
 class RolloutBatch:
@@ -50,12 +51,19 @@ class RolloutBatch:
 
     iteration: int
     rows: list[dict[str, Any]]
-    trajectories: list[Any]
+    trajectories: list[Any]  # every episode rolled out (the rollout's metrics)
     seconds: float
     version: int  # RL updates the sampling weights had seen
     data_state: dict[str, Any] | None = None  # the data order after these rows were taken (pipelined only)
     data_epoch: int = 0
     metrics: dict[str, Any] = field(default_factory=dict)
+    train_trajectories: list[Any] | None = None  # the episodes to train on (dynamic sampling); None: every one
+
+    @classmethod
+    def of(cls, iteration: int, sampled: SampledRollout, version: int, **fields: Any) -> "RolloutBatch":
+        metrics = {**sampled.metrics, **fields.pop("metrics", {})}
+        return cls(iteration, sampled.rows, sampled.trajectories, sampled.seconds, version, metrics=metrics,
+                   train_trajectories=sampled.train_trajectories, **fields)
 
 
 def greedy_baseline(loop: Any) -> dict[str, bool]:
@@ -103,13 +111,11 @@ class InlineRollouts:
 
     def next(self, iteration: int) -> RolloutBatch:
         loop = self.loop
-        rows = loop.data.take(loop.settings.batch_size)
         loop.backend.take_stats()  # start the counters' window at this rollout
         with loop.peaks.phase("rollout"):
-            trajs, seconds = loop.rollout(rows, loop.settings.n, loop.sampling, desc=f"rollout {iteration}",
-                                          prefix=f"it{iteration}-", **greedy_baseline(loop))
-        tag_versions(trajs, iteration - 1)
-        return RolloutBatch(iteration, rows, trajs, seconds, version=iteration - 1, data_epoch=loop.data.epoch)
+            sampled = sample_rollout(loop, iteration, greedy_baseline(loop))
+        tag_versions(sampled.trajectories, iteration - 1)
+        return RolloutBatch.of(iteration, sampled, iteration - 1, data_epoch=loop.data.epoch)
 
     def after_update(self, iteration: int) -> dict[str, Any]:
         return self.loop.backend.publish_weights()
@@ -267,16 +273,13 @@ class PipelinedRollouts:
                     with self.cond:  # the newest weights (validation may have published them meanwhile)
                         snapshot, version = self.snapshot, self.snapshot_version
                     published = self._publish(snapshot, version) or {"publish_seconds": 0.0}
-                    rows = loop.data.take(loop.settings.batch_size)
-                    data_state, epoch = loop.data.state_dict(), loop.data.epoch
                     loop.backend.take_stats()  # the counters' window starts at this rollout
-                    trajs, seconds = loop.rollout(rows, loop.settings.n, loop.sampling,
-                                                  desc=f"rollout {iteration}", prefix=f"it{iteration}-",
-                                                  **greedy_baseline(loop))
+                    sampled = sample_rollout(loop, iteration, greedy_baseline(loop))
+                    data_state, epoch = loop.data.state_dict(), loop.data.epoch  # after every row it took
                     counters = loop.backend.take_stats()
-                tag_versions(trajs, version)
-                batch = RolloutBatch(iteration, rows, trajs, seconds, version, data_state, epoch,
-                                     metrics={"async/engine_idle_seconds": waited, **published, **counters})
+                tag_versions(sampled.trajectories, version)
+                batch = RolloutBatch.of(iteration, sampled, version, data_state=data_state, data_epoch=epoch,
+                                        metrics={"async/engine_idle_seconds": waited, **published, **counters})
                 with self.cond:
                     self.ready.append(batch)
                     self.in_flight = None

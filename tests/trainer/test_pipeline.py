@@ -60,7 +60,8 @@ class ScriptedBackend:
 
 def scripted_loop(backend: ScriptedBackend, total: int) -> SimpleNamespace:
     cfg = OmegaConf.create({"trainer": {"total_steps": total}, "rollout": {"batch_size": 2, "n": 2}})
-    settings = SimpleNamespace(total_steps=total, batch_size=2, n=2)  # what the pipeline reads of LoopSettings
+    settings = SimpleNamespace(total_steps=total, batch_size=2, n=2,  # what the pipeline reads of LoopSettings
+                               dynamic_sampling=False, dynamic_sampling_rounds=0)
     loop = SimpleNamespace(cfg=cfg, settings=settings, backend=backend, iteration=0, sampling=None,
                            consumed_data_state=None, data=DataOrder([{"i": i} for i in range(5)], seed=0))
     loop.rollout = lambda rows, n, sampling, desc, prefix, **_: (backend.rollout(rows, n, sampling, prefix=prefix), 0.0)
