@@ -1,7 +1,8 @@
 """One RL iteration's rollout, with DAPO's dynamic sampling when ``rollout.dynamic_sampling.enabled``.
 
 ``sample_rollout(loop, iteration)`` takes ``rollout.batch_size`` rows from the data order and rolls them out
-(``rollout.n`` episodes each). Without dynamic sampling that is all: every episode trains.
+(``rollout.n`` episodes each); each rollout is one visit of its rows for the curriculum, if the run has one
+(``trainers.data_order``). Without dynamic sampling that is all: every episode trains.
 
 With it, a group (the episodes of one row) whose episodes all got the same return (the sum of their step rewards,
 what GRPO and RLOO score) carries no gradient through a group baseline: its advantages are all zero. Such groups
@@ -64,11 +65,17 @@ def sample_rollout(loop: Any, iteration: int, greedy: dict[str, bool]) -> Sample
     """Rows and episodes of RL iteration ``iteration`` (see the module docstring). ``greedy``: the rollout's
     ``greedy_baseline`` keyword (ReMax) or none."""
     settings = loop.settings
-    rows = loop.data.take(settings.batch_size)
-    trajs, seconds = loop.rollout(rows, settings.n, loop.sampling, desc=f"rollout {iteration}",
-                                  prefix=f"it{iteration}-", **greedy)
+
+    def roll(desc: str, prefix: str) -> tuple[list[dict[str, Any]], list[Any], float]:
+        taken = loop.data.take_indexed(settings.batch_size)
+        rows = [row for _, row in taken]
+        trajs, seconds = loop.rollout(rows, settings.n, loop.sampling, desc=desc, prefix=prefix, **greedy)
+        loop.data.record([index for index, _ in taken], prefix, trajs)  # the curriculum's visits, if any
+        return rows, trajs, seconds
+
+    rows, trajs, seconds = roll(f"rollout {iteration}", f"it{iteration}-")
     if not settings.dynamic_sampling:
-        return SampledRollout(rows, trajs, list(trajs), seconds)
+        return SampledRollout(rows, trajs, list(trajs), seconds, loop.data.take_counts())
     all_rows, all_trajs = list(rows), list(trajs)
     kept: list[str] = []
     dropped: collections.Counter = collections.Counter()  # the return every episode of a dropped group got
@@ -84,21 +91,20 @@ def sample_rollout(loop: Any, iteration: int, greedy: dict[str, bool]) -> Sample
     sort(trajs)
     while len(kept) < settings.batch_size and rounds < settings.dynamic_sampling_rounds:
         rounds += 1
-        more_rows = loop.data.take(settings.batch_size)
-        more, more_seconds = loop.rollout(more_rows, settings.n, loop.sampling,
-                                          desc=f"rollout {iteration} (round {rounds + 1})",
-                                          prefix=f"it{iteration}-r{rounds}-", **greedy)
+        more_rows, more, more_seconds = roll(f"rollout {iteration} (round {rounds + 1})",
+                                             f"it{iteration}-r{rounds}-")
         all_rows += more_rows
         all_trajs += more
         seconds += more_seconds
         sort(more)
     trained = set(kept[:settings.batch_size])
     train = [t for t in all_trajs if group_key(t) in trained]
-    metrics = {"dynamic/target_groups": settings.batch_size, "dynamic/kept_groups": len(trained), "dynamic/dropped_groups": sum(dropped.values()),
+    metrics = {"dynamic/target_groups": settings.batch_size, "dynamic/kept_groups": len(trained),
+               "dynamic/dropped_groups": sum(dropped.values()),
                "dynamic/surplus_groups": max(0, len(kept) - settings.batch_size), "dynamic/extra_rounds": rounds,
-               "dynamic/rows_sampled": len(all_rows),
-               "dynamic/cap_hit": int(len(kept) < settings.batch_size),
-               "dynamic/dropped_by_return": {_label(r): c for r, c in sorted(dropped.items())}}
+               "dynamic/rows_sampled": len(all_rows), "dynamic/cap_hit": int(len(kept) < settings.batch_size),
+               "dynamic/dropped_by_return": {_label(r): c for r, c in sorted(dropped.items())},
+               **loop.data.take_counts()}
     return SampledRollout(all_rows, all_trajs, train, seconds, metrics)
 
 

@@ -44,50 +44,13 @@ from agentr1_core.rollout.driver import split_greedy
 from agentr1_core.trainers.backend import Backend, RunInputs
 from agentr1_core.trainers.batching import trajectories_to_rows
 from agentr1_core.trainers.console import console_line, console_notes, critic_fit_note
+from agentr1_core.trainers.data_order import Curriculum, DataOrder, as_tuples
 from agentr1_core.trainers.metrics import (
     episode_metric_means, expert_problems, peak_rss_mb, rollout_metrics, validation_metrics,
 )
 from agentr1_core.trainers.pipeline import InlineRollouts, PipelinedRollouts, staleness_metrics, tag_versions
 from agentr1_core.trainers.seeding import seed_everything
 from agentr1_core.trainers.settings import LoopSettings
-
-
-class DataOrder:
-    """The order in which training rows are used: shuffled with the run's seed, reshuffled at every epoch."""
-
-    def __init__(self, rows: list[dict[str, Any]], seed: int) -> None:
-        self.rows = rows
-        self.rng = random.Random(seed)
-        self.order = list(range(len(rows)))
-        self.rng.shuffle(self.order)
-        self.epoch = 0
-        self.cursor = 0
-
-    def take(self, count: int) -> list[dict[str, Any]]:
-        out = []
-        while len(out) < count:
-            if self.cursor >= len(self.order):
-                self.epoch += 1
-                self.cursor = 0
-                self.rng.shuffle(self.order)
-            out.append(self.rows[self.order[self.cursor]])
-            self.cursor += 1
-        return out
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "cursor": self.cursor, "order": list(self.order), "rng": self.rng.getstate()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if len(state["order"]) != len(self.rows):
-            raise ValueError(f"the checkpoint's data order has {len(state['order'])} rows, data.train has "
-                             f"{len(self.rows)}")
-        self.epoch, self.cursor, self.order = int(state["epoch"]), int(state["cursor"]), list(state["order"])
-        self.rng.setstate(as_tuples(state["rng"]))
-
-
-def as_tuples(value: Any) -> Any:
-    """A ``random.Random`` state that went through JSON (lists) back to the tuples ``setstate`` wants."""
-    return tuple(as_tuples(v) for v in value) if isinstance(value, (list, tuple)) else value
 
 
 class TrainingLoop:
@@ -133,7 +96,9 @@ class TrainingLoop:
         self.val_rows = self.dataset_rows("data.val") if OmegaConf.select(cfg, "data.val") else []
         if settings.validation_max_rows > 0:
             self.val_rows = self.val_rows[:settings.validation_max_rows]
-        self.data = DataOrder(self.train_rows, settings.seed)
+        curriculum = (Curriculum(settings.curriculum_window, settings.curriculum_skip_solved,
+                                 settings.curriculum_skip_failed) if settings.curriculum else None)
+        self.data = DataOrder(self.train_rows, settings.seed, curriculum)
         name, params = component(cfg, "algorithm")
         self.algorithm = self.registry.build("algorithm", name, params, where="algorithm")
         # ReMax: each training rollout adds one greedy episode per row, its baseline (never trained on)

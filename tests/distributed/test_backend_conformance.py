@@ -294,13 +294,15 @@ def test_dynamic_sampling_trains_the_informative_groups_only_on_every_backend(ba
                                                                              request):
     """DAPO's dynamic sampling through each backend's own rollouts: with a reward of even or odd reply token sums
     (a coin per episode) some groups of two differ and some do not; rounds of 2 rows run until 2 groups differ, and
-    only their 4 episodes train, while every episode rolled out counts in the rollout's metrics."""
+    only their 4 episodes train, while every episode rolled out counts in the rollout's metrics. The pass-rate
+    curriculum records each row's visit in the same rollouts."""
     run_dir = tmp_path / backend
     cmd = command(python_for(backend, request), backend, tiny_model_dir, run_dir, "stages=[rl]", "data.val=null",
                   "trainer.total_steps=1", "trainer.checkpoint_every=-1", "reward.name=response_parity",
                   "rollout.batch_size=2", "rollout.n=2", "rollout.max_new_tokens=8", "rollout.max_turns=1",
                   "rollout.temperature=1.0", "rollout.dynamic_sampling.enabled=true",
-                  "rollout.dynamic_sampling.max_rounds=8", "seed=4")
+                  "rollout.dynamic_sampling.max_rounds=8", "data.curriculum.enabled=true",
+                  "data.curriculum.window=1", "seed=4")
     proc = subprocess.run(cmd, cwd=ROOT, env=environment(AGENTR1_PLUGIN_MODULES="agentr1_core.testing.rewards"),
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
@@ -311,3 +313,5 @@ def test_dynamic_sampling_trains_the_informative_groups_only_on_every_backend(ba
     assert rec["dynamic/dropped_groups"] + rec["dynamic/kept_groups"] + rec["dynamic/surplus_groups"] == rows
     assert rec["train_steps"] == 4  # one step per episode of the two kept groups
     assert math.isfinite(rec["loss"]) and rec["grad_norm"] > 0
+    # the curriculum saw one visit of every row rolled out: each dropped group's row is now skipped
+    assert rec["curriculum/solved_rows"] + rec["curriculum/failed_rows"] >= min(1, rec["dynamic/dropped_groups"])

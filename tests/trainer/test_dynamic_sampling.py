@@ -20,7 +20,7 @@ from agentr1_core.mdp import Step, Trajectory
 from agentr1_core.rollout.driver import GREEDY_INFO_KEY
 from agentr1_core.trainers.console import console_notes
 from agentr1_core.trainers.dynamic_sampling import group_returns, is_informative, sample_rollout
-from agentr1_core.trainers.loop import DataOrder
+from agentr1_core.trainers.data_order import DataOrder
 from agentr1_core.trainers.pipeline import InlineRollouts, PipelinedRollouts
 from agentr1_core.validation import check_values
 
@@ -176,7 +176,8 @@ def test_a_real_run_where_every_reward_is_zero_hits_the_cap_and_trains_nothing(t
         assert rec["episodes"] == 12  # every episode rolled out counts in the rollout's metrics
         assert rec["train_steps"] == 0 and "loss" not in rec  # nothing trained, though entropy_coef > 0
     assert out.count("[dynamic sampling] 0 of 2 informative groups after 2 extra rounds") == 2
-    kept = [json.loads(line) for line in (run_dir / "episodes" / "train" / "iter_000001.jsonl").read_text().splitlines()]
+    kept = [json.loads(line)
+            for line in (run_dir / "episodes" / "train" / "iter_000001.jsonl").read_text().splitlines()]
     assert kept and all(e["uid"].startswith("it1-") for e in kept)
     saved = OmegaConf.load(run_dir / "config.yaml")
     assert saved.rollout.dynamic_sampling.enabled is True

@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 from agentr1_core.config import load_config
 from agentr1_core.mdp import Step, Trajectory
 from agentr1_core.plugins import configure_registry
-from agentr1_core.trainers.loop import DataOrder
+from agentr1_core.trainers.data_order import DataOrder
 from agentr1_core.trainers.local import LocalTrainer
 from agentr1_core.trainers.pipeline import PipelinedRollouts, staleness_metrics
 
