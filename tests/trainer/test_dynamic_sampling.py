@@ -89,8 +89,8 @@ def test_a_group_is_informative_only_when_its_sampled_returns_differ():
     returns = group_returns(trajs)
     assert returns == {"a": [1.0, 1.0], "b": [0.0, 1.0]}  # the greedy baseline is not one of the group's samples
     assert not is_informative(returns["a"]) and is_informative(returns["b"])
-    assert not is_informative([1.0]) and not is_informative([float("nan"), 1.0])
-    assert is_informative([0.0, 1e-6])
+    assert not is_informative([1.0]) and not is_informative([float("nan"), 0.0])  # NaN is scored as 0
+    assert is_informative([float("nan"), 1.0]) and is_informative([0.0, 1e-6])
 
 
 def test_rounds_run_until_the_batch_holds_enough_informative_groups():
