@@ -47,9 +47,20 @@ def _saved_folder(path: Path) -> bool:
     return path.is_dir() and any((path / name).is_file() for name in ("state.json", "dataset_dict.json"))
 
 
-def _open(path: str, subset: str, split: str) -> Any:
-    """The dataset (or dataset dict, without ``split``) at ``path``."""
+def _open(path: str, subset: str) -> Any:
+    """The dataset or dataset dict at ``path``, read without the library's progress bars (the
+    run's checks print one line per problem, nothing else)."""
     datasets = _import_datasets()
+    was_shown = not datasets.utils.are_progress_bars_disabled()
+    datasets.disable_progress_bars()
+    try:
+        return _load(datasets, path, subset)
+    finally:
+        if was_shown:
+            datasets.enable_progress_bars()
+
+
+def _load(datasets: Any, path: str, subset: str) -> Any:
     local = Path(path).expanduser()
     if _saved_folder(local):
         return datasets.load_from_disk(str(local))
@@ -57,10 +68,10 @@ def _open(path: str, subset: str, split: str) -> Any:
         builder = FILE_BUILDERS.get(local.suffix.lower())
         if builder is None:
             raise ConfigError(f"{path}: a data file must be one of {', '.join(FILE_BUILDERS)}")
-        return datasets.load_dataset(builder, data_files=str(local), split=split or None)
+        return datasets.load_dataset(builder, data_files=str(local))
     if not local.exists() and (path.startswith((".", "/", "~")) or path.count("/") > 1):
         raise ConfigError(f"dataset folder not found: {path}")
-    return datasets.load_dataset(str(local) if local.exists() else path, subset or None, split=split or None)
+    return datasets.load_dataset(str(local) if local.exists() else path, subset or None)  # every split: one is picked
 
 
 def _one_split(data: Any, label: str, split: str) -> Any:
@@ -123,7 +134,7 @@ def load_hf_rows(path: str = "", split: str = "", subset: str = "", fields: dict
         raise ConfigError("the hf dataset needs a path (a saved dataset folder, a data file or folder, or a Hub name)")
     label = f"hf:{path}" + (f":{split}" if split else "")
     try:
-        data = _one_split(_open(path, subset, split), label, split)
+        data = _one_split(_open(path, subset), label, split)
     except ConfigError:
         raise
     except Exception as exc:  # the library's own errors: a missing file, an unknown builder, no network
