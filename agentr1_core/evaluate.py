@@ -149,8 +149,9 @@ def rows_config(spec: str, fields: list[str] | None = None) -> dict[str, Any]:
     return {"name": "hf", "path": path, "subset": subset, "split": split, "fields": mapping}
 
 
-def _lora_settings(ckpt: Path) -> dict[str, Any]:
-    """``model.lora`` for the LoRA adapter of checkpoint ``ckpt`` (its ``adapter_config.json``, read as JSON)."""
+def _lora_settings(ckpt: Path) -> tuple[dict[str, Any], int]:
+    """``model.lora`` and ``trainer.train_layers`` (the top layers that carry the adapter; 0: all) for the LoRA
+    adapter of checkpoint ``ckpt``, from its ``adapter_config.json`` (read as JSON)."""
     found = json.loads((ckpt / "model" / "adapter_config.json").read_text(encoding="utf-8"))
     settings: dict[str, Any] = {"enabled": True}
     for ours, theirs in (("r", "r"), ("alpha", "lora_alpha"), ("dropout", "lora_dropout")):
@@ -159,13 +160,14 @@ def _lora_settings(ckpt: Path) -> dict[str, Any]:
     modules = found.get("target_modules")
     if modules:
         settings["target_modules"] = sorted(modules) if not isinstance(modules, str) else [modules]
-    return settings
+    layers = found.get("layers_to_transform")
+    return settings, len(layers) if isinstance(layers, list) else (1 if isinstance(layers, int) else 0)
 
 
 def model_choice(spec: str) -> tuple[Path | None, dict[str, Any]]:
     """What ``--model SPEC`` evaluates: ``(checkpoint, model settings)``. A run folder gives its latest checkpoint, a
-    checkpoint folder itself, each with the model it was trained from (``model_path`` and LoRA settings of its
-    state, which loads as data only); anything else is a ``model.path`` (a model folder, a Hugging Face id or the
+    checkpoint folder itself, each with the model it was trained from (``model_path`` of its state, which loads as
+    data only; a LoRA adapter's settings and layers from its ``adapter_config.json``); anything else is a ``model.path`` (a model folder, a Hugging Face id or the
     offline alias), which the run's checks check."""
     from agentr1_core.lifecycle.checkpoint import STATE_FILE, checkpoint_root
     from agentr1_core.lifecycle.run_dir import saved_config
@@ -183,8 +185,10 @@ def model_choice(spec: str) -> tuple[Path | None, dict[str, Any]]:
     if not state.get("model_path"):
         raise CheckpointMismatch(f"--model {spec}: {ckpt / STATE_FILE} does not say which model it was trained "
                                  f"from (no model_path); pass the config with --checkpoint {ckpt} instead")
-    lora = _lora_settings(ckpt) if (ckpt / "model" / "adapter_config.json").is_file() else {"enabled": False}
-    return ckpt, {"path": str(state["model_path"]), "lora": lora}
+    if not (ckpt / "model" / "adapter_config.json").is_file():
+        return ckpt, {"path": str(state["model_path"]), "lora": {"enabled": False}}
+    lora, train_layers = _lora_settings(ckpt)
+    return ckpt, {"path": str(state["model_path"]), "lora": lora, "train_layers": train_layers}
 
 
 def _slug(text: str) -> str:
@@ -228,6 +232,8 @@ def command_line_choices(cfg: Any, args: argparse.Namespace, overrides: list[str
         cfg.model.path = settings["path"]
         if "lora" in settings:
             cfg.model.lora = OmegaConf.merge(cfg.model.lora, settings["lora"])
+        if "train_layers" in settings:  # the layers the adapter was put on (the trainer puts it on the top ones)
+            cfg.trainer.train_layers = settings["train_layers"]
         checkpoint = str(ckpt) if ckpt is not None else None
     if args.rows:
         cfg.data.val = rows_config(args.rows, args.field)

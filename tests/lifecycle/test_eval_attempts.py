@@ -134,6 +134,38 @@ def test_attempts_give_pass_at_k_per_data_source_that_agree_with_the_episodes(
     assert json.loads((tmp_path / "base.json").read_text())["checkpoint"] is None
 
 
+def test_model_names_a_lora_checkpoint_on_the_model_it_was_trained_from(tmp_path, tiny_run_config, tiny_model_dir):
+    """A LoRA checkpoint (adapter on every layer) evaluated from a config without LoRA that trains the top layer only:
+    --model takes the adapter's settings and layers from the checkpoint, and its weights change what the model
+    does."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from agentr1_core.lifecycle.checkpoint import save_checkpoint
+    from agentr1_core.models import load_tokenizer
+    from agentr1_core.testing.models import tiny_llama
+
+    tokenizer = load_tokenizer(tiny_model_dir)
+    model = get_peft_model(tiny_llama(tokenizer), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                                             task_type="CAUSAL_LM"))
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(0))
+    ckpt = save_checkpoint(tmp_path / "lora_run", 2, {"model_path": tiny_model_dir, "lora": True}, model=model,
+                           tokenizer=tokenizer)
+    rows = _write_rows(tmp_path / "rows.jsonl")
+    common = [str(tiny_run_config()), f"run_dir={tmp_path / 'run'}", "rollout.max_new_tokens=8",
+              "trainer.train_layers=1", "validation.temperature=1.0", "--rows", str(rows)]  # greedy, the tiny model writes newlines only
+    assert main(["eval", *common, "--model", str(ckpt), "--out", str(tmp_path / "lora.json")]) == 0
+    report = json.loads((tmp_path / "lora.json").read_text())
+    assert report["checkpoint"] == str(ckpt) and report["model_path"] == tiny_model_dir and report["attempts"] == 1
+    assert main(["eval", *common, "--out", str(tmp_path / "base.json")]) == 0  # the config's model: the same base
+    actions = [[json.loads(line)["steps"][0]["action"] for line in (tmp_path / f"{name}.episodes.jsonl").open()]
+               for name in ("lora", "base")]
+    assert len(actions[0]) == 4 and actions[0] != actions[1]
+
+
 def test_a_bad_rows_file_lists_every_bad_line_before_the_model_loads(tmp_path, tiny_model_dir, capsys):
     rows = tmp_path / "bad.jsonl"
     rows.write_text("\n".join([
