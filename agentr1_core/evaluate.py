@@ -167,8 +167,8 @@ def _lora_settings(ckpt: Path) -> tuple[dict[str, Any], int]:
 def model_choice(spec: str) -> tuple[Path | None, dict[str, Any]]:
     """What ``--model SPEC`` evaluates: ``(checkpoint, model settings)``. A run folder gives its latest checkpoint, a
     checkpoint folder itself, each with the model it was trained from (``model_path`` of its state, which loads as
-    data only; a LoRA adapter's settings and layers from its ``adapter_config.json``); anything else is a ``model.path`` (a model folder, a Hugging Face id or the
-    offline alias), which the run's checks check."""
+    data only; a LoRA adapter's settings and layers from its ``adapter_config.json``); anything else is a
+    ``model.path`` (a model folder, a Hugging Face id or the offline alias), which the run's checks check."""
     from agentr1_core.lifecycle.checkpoint import STATE_FILE, checkpoint_root
     from agentr1_core.lifecycle.run_dir import saved_config
 

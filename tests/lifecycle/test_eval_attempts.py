@@ -155,8 +155,8 @@ def test_model_names_a_lora_checkpoint_on_the_model_it_was_trained_from(tmp_path
     ckpt = save_checkpoint(tmp_path / "lora_run", 2, {"model_path": tiny_model_dir, "lora": True}, model=model,
                            tokenizer=tokenizer)
     rows = _write_rows(tmp_path / "rows.jsonl")
-    common = [str(tiny_run_config()), f"run_dir={tmp_path / 'run'}", "rollout.max_new_tokens=8",
-              "trainer.train_layers=1", "validation.temperature=1.0", "--rows", str(rows)]  # greedy, the tiny model writes newlines only
+    common = [str(tiny_run_config()), f"run_dir={tmp_path / 'run'}", "rollout.max_new_tokens=8",  # sampled: greedy,
+              "trainer.train_layers=1", "validation.temperature=1.0", "--rows", str(rows)]  # it writes newlines only
     assert main(["eval", *common, "--model", str(ckpt), "--out", str(tmp_path / "lora.json")]) == 0
     report = json.loads((tmp_path / "lora.json").read_text())
     assert report["checkpoint"] == str(ckpt) and report["model_path"] == tiny_model_dir and report["attempts"] == 1
