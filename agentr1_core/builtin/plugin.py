@@ -83,6 +83,9 @@ def agentr1_datasets():
         DatasetSpec("gsm8k", "agentr1_core.builtin.gsm8k:gsm8k_rows",
                     "GSM8K word problems with calculator-call expert replays (shipped sample or a JSONL file)",
                     row_fields=("prompt", "reward_model.ground_truth")),
+        DatasetSpec("hf", "agentr1_core.builtin.hf_rows:load_hf_rows",
+                    "Rows from a Hugging Face datasets dataset (saved folder, data files or Hub name) through a field "
+                    "mapping (extra: agentr1-core[datasets])", row_fields=("prompt",)),
     ]
 
 

@@ -24,7 +24,7 @@ FLOORS = [  # lowest first; a module is on the floor of the longest prefix liste
               "agentr1_core.tools", "agentr1_core.tool_formats", "agentr1_core.rows", "agentr1_core.jsonl",
               "agentr1_core.memory", "agentr1_core.trust", "agentr1_core.fetch", "agentr1_core.attention",
               "agentr1_core.cpu_linears", "agentr1_core.models", "agentr1_core.validation",
-              "agentr1_core.named_configs", "agentr1_core.http_service"]),
+              "agentr1_core.named_configs", "agentr1_core.http_service", "agentr1_core.pass_at_k"]),
     ("run files", ["agentr1_core.lifecycle"]),
     ("engines and algorithms", ["agentr1_core.rollout", "agentr1_core.algorithms"]),
     ("front door", ["agentr1_core.plugins", "agentr1_core.components", "agentr1_core.config", "agentr1_core.builtin",
