@@ -2,9 +2,9 @@
 source, rows from a JSONL file or a ``datasets`` dataset through a field mapping (``--rows``, ``--field``), and the
 model from a checkpoint's run folder or a model folder (``--model``).
 
-The tiny random model never answers a question right, so the real evals score episodes with
-``parity_reward_plugin`` (1 when the first sampled token id is even): about half the attempts of a row succeed, and
-pass@k, mean@K and the episode files have something to agree on."""
+The tiny random model never answers a question right, so the real evals score episodes with ``response_parity``
+(agentr1_core.testing.rewards: 1 when the reply token ids sum to an even number): about half the attempts of a row
+succeed, and pass@k, mean@K and the episode files have something to agree on."""
 
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ import pytest
 from agentr1_core.cli import main
 from agentr1_core.pass_at_k import k_values, pass_at_k
 
-HERE = Path(__file__).parent
 ROWS = [("What is 12 + 30?", "42", "alpha"), ("What is 7 * 6?", "42", "alpha"),
         ("What is 100 - 1?", "99", "beta"), ("What is 9 * 9?", "81", "beta")]
 
@@ -50,8 +49,7 @@ def test_pass_at_k_is_the_share_of_k_subsets_with_a_success():
 def parity_reward(monkeypatch):
     from agentr1_core.plugins import reset_registry
 
-    monkeypatch.syspath_prepend(str(HERE))
-    monkeypatch.setenv("AGENTR1_PLUGIN_MODULES", "parity_reward_plugin")
+    monkeypatch.setenv("AGENTR1_PLUGIN_MODULES", "agentr1_core.testing.rewards")
     reset_registry()
     yield
     reset_registry()
@@ -96,7 +94,7 @@ def test_attempts_give_pass_at_k_per_data_source_that_agree_with_the_episodes(
     run = tmp_path / "trained"
     ckpt = _tiny_checkpoint_run(run, tiny_model_dir)
     config = tiny_run_config()
-    common = [str(config), f"run_dir={tmp_path / 'cfg_run'}", "reward.name=first_token_parity",
+    common = [str(config), f"run_dir={tmp_path / 'cfg_run'}", "reward.name=response_parity",
               "validation.temperature=1.0", "rollout.max_new_tokens=8", "--rows", str(rows), "--attempts", "4"]
     assert main(["eval", *common, "--model", str(run)]) == 0
     out = capsys.readouterr().out
