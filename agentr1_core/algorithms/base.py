@@ -143,8 +143,13 @@ class Algorithm:
 def inert_rows_of(algorithm: Algorithm, batch: StepBatch, advantages: torch.Tensor, returns: torch.Tensor,
                   with_critic: bool) -> torch.Tensor | None:
     """The rows neither of whose losses carries a gradient: ``inert_rows``, and with a critic ``value_inert_rows``
-    as well (None: every row runs)."""
+    as well (None: every row runs). A row without any action token (an episode kept out of the loss,
+    ``rollout.overlong.mode: mask``) is inert for the policy whatever the algorithm says: every loss term is taken
+    over action tokens, a KL or entropy term included."""
     policy = algorithm.inert_rows(batch, advantages)
+    silent = ~(batch.action_mask > 0).any(dim=-1)
+    if bool(silent.any()):
+        policy = silent if policy is None else policy | silent.to(policy.device)
     if policy is None or not with_critic:
         return policy
     value = algorithm.value_inert_rows(batch, returns)

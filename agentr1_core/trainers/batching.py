@@ -7,7 +7,9 @@ masks those tokens) and counted. The last step of an episode that ended neither 
 truncated, so that bootstrapping estimators never read past the end of an episode; a step that is both ``done`` and
 ``truncated`` is terminal (no bootstrap), as in Gymnasium. Greedy baseline episodes (ReMax, ``rollout.driver``)
 give no rows: they are scored, never trained on; the rows' ``traj`` indices still count them, so they index the
-rollout's trajectory list as it came.
+rollout's trajectory list as it came. The steps of an episode cut by a limit under ``rollout.overlong.mode: mask``
+(``trainers.overlong``) give rows marked ``loss_masked``: their reward still counts (their group's baseline), their
+``action_mask`` row is all zero, so no loss term and no gradient comes from them.
 
 Critic prefix (``critic.prefix``): a row may carry ``critic_prefix_ids``, privileged token ids that only the
 critic reads before the row's prompt (``critic_view``). ``None`` means the run has no critic prefix; ``[]`` is a
@@ -40,6 +42,7 @@ import torch
 from agentr1_core.algorithms.base import StepBatch
 from agentr1_core.mdp import Trajectory
 from agentr1_core.rollout.driver import GREEDY_INFO_KEY
+from agentr1_core.trainers.overlong import LOSS_MASK_INFO_KEY
 
 
 @dataclass
@@ -58,6 +61,7 @@ class StepRow:
     anchor: str | None = None
     policy_version: int = 0  # RL updates the weights that sampled this step had seen
     critic_prefix_ids: list[int] | None = None  # token ids only the critic reads before the prompt (None: no prefix)
+    loss_masked: bool = False  # no action token enters a loss (rollout.overlong mode mask); the reward still counts
 
     @property
     def num_tokens(self) -> int:
@@ -111,6 +115,7 @@ def trajectories_to_rows(trajectories: Sequence[Trajectory]) -> StepRows:
             out.empty_trajectories += 1
             continue
         last = len(traj.steps) - 1
+        masked = bool(traj.info.get(LOSS_MASK_INFO_KEY))
         for s_idx, step in enumerate(traj.steps):
             if len(step.response_ids) != len(step.response_logprobs):
                 raise ValueError(f"trajectory {traj.uid!r} step {s_idx}: {len(step.response_ids)} response ids "
@@ -123,7 +128,8 @@ def trajectories_to_rows(trajectories: Sequence[Trajectory]) -> StepRows:
                 prompt_ids=list(step.prompt_ids), response_ids=list(step.response_ids),
                 old_logprobs=[float(x) for x in step.response_logprobs], traj=t_idx, group=groups[key],
                 step_index=s_idx, reward=float(step.reward), done=bool(step.done),
-                truncated=truncated, anchor=step.anchor, policy_version=int(step.policy_version)))
+                truncated=truncated, anchor=step.anchor, policy_version=int(step.policy_version),
+                loss_masked=masked))
     return out
 
 
@@ -132,7 +138,8 @@ def max_response_len(rows: Sequence[StepRow]) -> int:
 
 
 def build_step_batch(rows: Sequence[StepRow], width: int | None = None) -> StepBatch:
-    """The ``StepBatch`` of ``rows``: per-step tensors ``[S]`` and per-token tensors ``[S, T]`` (right-padded)."""
+    """The ``StepBatch`` of ``rows``: per-step tensors ``[S]`` and per-token tensors ``[S, T]`` (right-padded). A
+    ``loss_masked`` row's ``action_mask`` is all zero."""
     width = width or max_response_len(rows)
     s = len(rows)
     mask = torch.zeros(s, width)
@@ -141,7 +148,8 @@ def build_step_batch(rows: Sequence[StepRow], width: int | None = None) -> StepB
         n = len(r.response_ids)
         if n > width:
             raise ValueError(f"row {i} has {n} response tokens, more than the batch width {width}")
-        mask[i, :n] = 1.0
+        if not r.loss_masked:
+            mask[i, :n] = 1.0
         old[i, :n] = torch.tensor(r.old_logprobs, dtype=torch.float32) if n else old[i, :0]
     anchors = [r.anchor for r in rows]
     return StepBatch(

@@ -9,8 +9,9 @@ head's own norms; a separate critic's norm follows on its own. These names are t
 
 The notes: an update skipped because no row carries a gradient, an engine whose sampling log-probs disagree with the
 trainer's past the limits of ``algorithms.mismatch``, ReMax's greedy baseline beating the samples in most groups
-(``algorithms.remax``), and a critic whose values are still far from the returns after its first update
-(``critic_fit_note``). Nothing here computes a metric or writes a file (``lifecycle.metrics`` writes them).
+(``algorithms.remax``), a critic whose values are still far from the returns after its first update
+(``critic_fit_note``), and episodes cut by a limit that were kept out of the loss or penalised (``overlong_note``,
+``rollout.overlong``). Nothing here computes a metric or writes a file (``lifecycle.metrics`` writes them).
 """
 
 from __future__ import annotations
@@ -81,6 +82,23 @@ def critic_fit_note(m: dict[str, Any]) -> str | None:
             f"critic.lr (a separate critic model, verl's critic); both default to trainer.critic_lr")
 
 
+def overlong_note(m: dict[str, Any]) -> str | None:
+    """One line when ``rollout.overlong`` cut episodes out of the loss or lowered rewards (``trainers.overlong``);
+    None when it did nothing this iteration."""
+    cut = int(m.get("overlong/episodes") or 0)
+    masked = int(m.get("overlong/masked_steps") or 0)
+    penalty = m.get("overlong/penalty_mean")
+    penalised = isinstance(penalty, (int, float)) and penalty != 0
+    if not cut and not masked and not penalised:
+        return None
+    parts = [f"[overlong] {cut} of {m.get('episodes', '?')} episodes cut by a limit"]
+    if "overlong/masked_steps" in m:
+        parts.append(f"{masked} steps kept out of the loss")
+    if penalised:
+        parts.append(f"mean length penalty {penalty:.3f}")
+    return "; ".join(parts)
+
+
 def console_notes(m: dict[str, Any]) -> list[str]:
     """Lines printed after an iteration's line when it did something a user must know of (module docstring)."""
     notes = []
@@ -88,9 +106,11 @@ def console_notes(m: dict[str, Any]) -> list[str]:
         with_critic = "adv/value_mean" in m  # only critic algorithms report their values
         why = ("every advantage is 0 and the critic already gives every return, e.g. a fresh critic before the first "
                "reward") if with_critic else "every advantage is 0, e.g. every episode of each group scored the same"
+        if m.get("overlong/masked_steps") and m["overlong/masked_steps"] >= m.get("train_steps", math.inf):
+            why = "every episode was cut by a limit and kept out of the loss, rollout.overlong.mode mask"
         notes.append(f"[update] skipped: no row carries a gradient ({why}); the optimizer did not step and the "
                      "weights are unchanged")
-    for warning in (cap_note(m), mismatch_warning(m), remax_warning(m), critic_fit_note(m)):
+    for warning in (cap_note(m), mismatch_warning(m), remax_warning(m), critic_fit_note(m), overlong_note(m)):
         if warning:
             notes.append(warning)
     return notes

@@ -5,7 +5,7 @@
 (``trainers.data_order``). Without dynamic sampling that is all: every episode trains.
 
 With it, a group (the episodes of one row) whose episodes all got the same return (the sum of their step rewards,
-what GRPO and RLOO score) carries no gradient through a group baseline: its advantages are all zero. Such groups
+what GRPO and RLOO score, with ``rollout.overlong``'s length penalty when the run has one) carries no gradient through a group baseline: its advantages are all zero. Such groups
 are dropped, and more rows are rolled out, ``rollout.batch_size`` at a time, until ``rollout.batch_size``
 informative groups are there or ``max_rounds`` extra rounds are spent; informative groups beyond the batch size are
 dropped too (verl does the same), so an update sees at most the configured number of groups. When the cap is hit,
@@ -25,9 +25,10 @@ from __future__ import annotations
 import collections
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from agentr1_core.rollout.driver import is_greedy_baseline
+from agentr1_core.trainers.overlong import OverlongRule
 
 
 @dataclass
@@ -45,13 +46,14 @@ def group_key(traj: Any) -> str:
     return traj.group_id or traj.uid
 
 
-def group_returns(trajs: list[Any]) -> dict[str, list[float]]:
-    """Each group's sampled episodes' returns (sum of step rewards), in first-seen order; greedy baselines left out."""
+def group_returns(trajs: list[Any], score: Callable[[Any], float] | None = None) -> dict[str, list[float]]:
+    """Each group's sampled episodes' returns (``score``, by default the sum of step rewards), in first-seen order;
+    greedy baselines left out."""
     out: dict[str, list[float]] = collections.OrderedDict()
     for traj in trajs:
         returns = out.setdefault(group_key(traj), [])
         if not is_greedy_baseline(traj):
-            returns.append(float(traj.total_reward))
+            returns.append(float(score(traj)) if score is not None else float(traj.total_reward))
     return out
 
 
@@ -82,8 +84,10 @@ def sample_rollout(loop: Any, iteration: int, greedy: dict[str, bool]) -> Sample
     dropped: collections.Counter = collections.Counter()  # the return every episode of a dropped group got
     rounds = 0
 
+    score = OverlongRule.from_settings(settings).scored_return  # with DAPO's length penalty, if the run has it
+
     def sort(batch: list[Any]) -> None:
-        for key, returns in group_returns(batch).items():
+        for key, returns in group_returns(batch, score).items():
             if is_informative(returns):
                 kept.append(key)
             else:

@@ -48,6 +48,7 @@ from agentr1_core.trainers.data_order import Curriculum, DataOrder, as_tuples
 from agentr1_core.trainers.metrics import (
     episode_metric_means, expert_problems, peak_rss_mb, rollout_metrics, validation_metrics,
 )
+from agentr1_core.trainers.overlong import apply_overlong
 from agentr1_core.trainers.pipeline import InlineRollouts, PipelinedRollouts, staleness_metrics, tag_versions
 from agentr1_core.trainers.seeding import seed_everything
 from agentr1_core.trainers.settings import LoopSettings
@@ -245,6 +246,7 @@ class TrainingLoop:
             trajs, ages = staleness_metrics(trajs, self.iteration - 1, source.max_staleness)
             metrics.update(ages)
             metrics["async/policy_version"] = batch.version
+        metrics.update(apply_overlong(trajs, settings))  # episodes cut by a limit: masked or penalised
         steps = trajectories_to_rows(trajs)
         metrics.update(train_steps=len(steps.rows), nonfinite_logprob_steps=steps.nonfinite_logprob_steps)
         if steps.rows:

@@ -321,14 +321,15 @@ class VerlBackend:
             return to_dataproto(step_rows_to_verl(steps.rows, adv, returns, self.pad_id, steps.group_keys,
                                                   steps.traj_uids, meta=meta, **extra))
 
-        def critic_proto() -> Any:
+        def critic_proto(loss_mask: Any = None) -> Any:
             """The rows as the critic reads them: ``critic.prefix``'s token ids before each prompt (the rows
-            themselves without one); verl's critic reads its value before the first response token as always."""
+            themselves without one); verl's critic reads its value before the first response token as always.
+            ``loss_mask`` keeps rows without action tokens (``loss_masked``) out of the value loss."""
             import torch
 
             rows = [critic_view(r) for r in steps.rows]
             return to_dataproto(step_rows_to_verl(rows, torch.zeros(len(rows), width), None, self.pad_id,
-                                                  steps.group_keys, steps.traj_uids, meta=meta))
+                                                  steps.group_keys, steps.traj_uids, meta=meta, loss_mask=loss_mask))
 
         t_score = time.perf_counter()
         scoring = proto()
@@ -377,8 +378,8 @@ class VerlBackend:
         out.update(self._named(actor_got))
         critic_got = None
         if self.groups.critic is not None:
-            critic_got = self.groups.update_critic(critic_proto(), batch.values, adv.returns, int(tr.update_epochs),
-                                                   int(cfg.seed) * 100003 + iteration)
+            critic_got = self.groups.update_critic(critic_proto(batch.action_mask > 0), batch.values, adv.returns,
+                                                   int(tr.update_epochs), int(cfg.seed) * 100003 + iteration)
             out.update(self._named(critic_got, critic=True))
         # the local trainer's names: policy_loss, policy_grad_norm, grad_clip_fraction, the critic's norms, loss
         out.update(update_metrics(actor_got, critic_got, float(tr.max_grad_norm)))

@@ -17,6 +17,8 @@ Each backend runs the real CLI in a subprocess on the tiny task (a tiny random L
   first error, instead of "training" on nothing.
 * **ReMax** scores one greedy episode per row and trains on the samples only; **StepPO** bootstraps every episode cut
   before ``done`` with its critic's value of the next observation.
+* **overlong episodes masked** (``rollout.overlong.mode=mask``): the episodes whose replies hit the token budget are
+  counted and kept out of the loss, the others train, and the update is finite.
 
 The training loop is shared (``trainers.loop``), so these fail when a backend drops a stage, a metric key or a stop
 rule, or breaks the on-policy invariants.
@@ -315,3 +317,32 @@ def test_dynamic_sampling_trains_the_informative_groups_only_on_every_backend(ba
     assert math.isfinite(rec["loss"]) and rec["grad_norm"] > 0
     # the curriculum saw one visit of every row rolled out: each dropped group's row is now skipped
     assert rec["curriculum/solved_rows"] + rec["curriculum/failed_rows"] >= min(1, rec["dynamic/dropped_groups"])
+
+
+def test_overlong_episodes_are_masked_and_the_others_train_on_every_backend(backend, tiny_model_dir, tmp_path,
+                                                                           request):
+    """Rows of two kinds: the fault engine answers ``wrong_argument_types`` rows itself (a tool call, then an answer
+    that ends the episode, each reply short of the budget), while the random tiny model samples ``none`` rows and
+    runs into ``rollout.max_new_tokens`` every time. With ``mask`` the cut episodes are counted and their steps kept
+    out of the loss; the entropy bonus still gives the other rows a gradient, so the update runs, finite."""
+    run_dir = tmp_path / backend
+    cmd = command(python_for(backend, request), backend, tiny_model_dir, run_dir, "rollout.overlong.mode=mask",
+                  "stages=[rl]", "data.val=null", "trainer.total_steps=1", "trainer.checkpoint_every=-1",
+                  "env.name=faulty_env", "env.tools=[echo]", "engine.name=fault_injecting", "rollout.max_turns=2",
+                  "rollout.max_new_tokens=6", "rollout.batch_size=4", "rollout.n=2", "trainer.keep_train_episodes=8",
+                  "data.train={name: fault_rows, repeats: 2, kinds: [wrong_argument_types, none]}")
+    proc = subprocess.run(cmd, cwd=ROOT, env=environment(AGENTR1_PLUGIN_MODULES="agentr1_core.testing.faults"),
+                          capture_output=True, text=True, timeout=900)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    [rec] = iterations(run_dir)
+    episodes = [json.loads(line) for line in (run_dir / "episodes" / "train" / "iter_000001.jsonl").read_text()
+                .splitlines()]
+    cut = [e for e in episodes if any(s.get("finish_reason") == "length" for s in e["steps"])]
+    assert rec["episodes"] == len(episodes) == 8 and len(cut) == 4  # the sampled rows' episodes, every one
+    assert rec["overlong/episodes"] == 4 and rec["overlong/masked_steps"] == sum(len(e["steps"]) for e in cut)
+    assert rec["train_steps"] > rec["overlong/masked_steps"]
+    assert rec["update_skipped"] == 0 and math.isfinite(rec["loss"]) and math.isfinite(rec["grad_norm"])
+    assert rec["weight_change"] > 0
+    if backend != "verl":  # the local trainer runs only the rows with a gradient (verl runs them all, masked)
+        assert rec["update_inert_rows"] == rec["overlong/masked_steps"]

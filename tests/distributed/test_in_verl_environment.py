@@ -1,6 +1,7 @@
-"""The tests that need verl importable (the cross-check against verl's reference implementations, the real
-``DataProto``) skip in the main environment, where verl cannot be installed (verl 0.9 pins transformers<5.11), so
-this test runs them with the Python of verl's own environment (``.venv-verl``), where they must pass, none skipped.
+"""The tests that need verl importable (the cross-checks against verl's reference implementations and its DAPO
+overlong reward, the real ``DataProto``) skip in the main environment, where verl cannot be installed (verl 0.9 pins
+transformers<5.11), so this test runs them with the Python of verl's own environment (``.venv-verl``), where they
+must pass, none skipped.
 A missing ``.venv-verl`` skips here and fails in CI (``verl_python``)."""
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 NEEDS_VERL = ["tests/algorithms/test_verl_crosscheck.py", "tests/algorithms/test_verl_crosscheck_dapo.py",
-              "tests/distributed/test_verl_data.py::test_real_dataproto_holds_the_layout"]
+              "tests/distributed/test_verl_data.py::test_real_dataproto_holds_the_layout",
+              "tests/trainer/test_overlong.py::test_penalty_matches_verls_dapo_reward_manager"]
 
 
 @pytest.mark.slow

@@ -62,10 +62,13 @@ class RowRewards:
         return {}
 
 
-def scripted_loop(rows: list[list[float]], batch_size: int, rounds: int, enabled: bool = True) -> SimpleNamespace:
+def scripted_loop(rows: list[list[float]], batch_size: int, rounds: int, enabled: bool = True,
+                  overlong: str = "none") -> SimpleNamespace:
     backend = RowRewards()
     settings = SimpleNamespace(batch_size=batch_size, n=len(rows[0]), dynamic_sampling=enabled,
-                               dynamic_sampling_rounds=rounds, total_steps=2)
+                               dynamic_sampling_rounds=rounds, total_steps=2, overlong_mode=overlong,
+                               overlong_buffer_tokens=2, overlong_penalty_factor=1.0,
+                               train_sampling=SimpleNamespace(max_new_tokens=4))
     data = DataOrder([{"r": r} for r in rows], seed=0)
     data.order = list(range(len(rows)))  # in file order, so that each round's rows are known
     data.rng.shuffle = lambda order: None  # and the same order in the next epoch
@@ -133,6 +136,19 @@ def test_the_greedy_baseline_stays_with_its_group_and_is_not_one_of_its_samples(
     out = sample_rollout(loop, 1, {"greedy_baseline": True})
     # row 0: samples 1, 1 and a greedy 5: flat among its samples, dropped; row 1 kept with its greedy episode
     assert [t.uid for t in out.train_trajectories] == ["it1-r1-0/0", "it1-r1-0/1", "it1-r1-0/greedy"]
+
+
+def test_groups_are_compared_on_the_return_with_dapos_length_penalty():
+    """With ``rollout.overlong.mode: penalty`` (budget 4, buffer 2) two episodes of reward 1 whose replies are 1 and 4
+    tokens long score 1 and 0: the group is informative, as DAPO filters on the penalised reward."""
+    loop = scripted_loop([[1, 1]], batch_size=1, rounds=0, overlong="penalty")
+    loop.rollout = lambda rows, n, sampling, desc, prefix, **kw: ([
+        Trajectory(steps=[Step([1], [2] * length, [-1.0] * length, reward=1.0)], uid=f"{prefix}0/{k}",
+                   group_id=f"{prefix}0", final_reward=1.0) for k, length in enumerate((1, 4))], 0.0)
+    assert len(sample_rollout(loop, 1, {}).train_trajectories) == 2
+    plain = scripted_loop([[1, 1]], batch_size=1, rounds=0)
+    plain.rollout = loop.rollout
+    assert sample_rollout(plain, 1, {}).train_trajectories == []
 
 
 def test_without_dynamic_sampling_every_episode_trains_and_no_metric_is_added():
