@@ -324,11 +324,10 @@ class Trackers:
             if fresh:
                 tracker.log(step, fresh)
                 logged.update({k: max(step, logged.get(k, step)) for k in fresh})
-        if self.open:
-            self.save()
+        self.save()
 
     def save(self) -> None:
-        if not self.open:
+        if all(t.purges for t in self.open):  # TensorBoard alone (or nothing) needs no state
             return
         state = {t.name: {**t.saved(), "logged": self.logged[t.name]} for t in self.open}
         path = self.run_dir / STATE_FILE

@@ -262,6 +262,15 @@ def test_wandb_runs_offline_in_the_run_folder_and_agentr1_wandb_project_still_tu
                                                ("tool_errors/timeout", 1): [1]}
 
 
+def test_tensorboard_alone_keeps_no_tracker_state_and_an_empty_list_logs_to_metrics_jsonl_only(tmp_path):
+    for trackers, tb in ((["tensorboard"], True), ([], False)):
+        run_dir = tmp_path / str(tb)
+        logger = MetricsLogger(run_dir, trackers=trackers)
+        logger.write(_iteration(1, 0.5))
+        logger.close()
+        assert sorted(p.name for p in run_dir.iterdir()) == ["metrics.jsonl"] + (["tb"] if tb else [])
+
+
 def test_a_name_mlflow_refuses_is_logged_with_its_odd_characters_replaced():
     assert mlflow_name("val/by_source/gsm8k/success_rate") == "val/by_source/gsm8k/success_rate"
     assert mlflow_name("val/by_source/a+b/success_rate") == "val/by_source/a_b/success_rate"
