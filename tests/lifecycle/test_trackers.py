@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -72,20 +73,32 @@ def read_tensorboard(run_dir: Path) -> Logged:
     return dict(out)
 
 
-def read_wandb(run_dir: Path) -> tuple[Logged, list[str]]:
-    """The history of every offline W&B run in ``run_dir`` (one row per step holds one value per name) and the
-    run ids, from the runs' ``.wandb`` files."""
+def wandb_records(path: Path, timeout: float = 60.0) -> list:
+    """The records of an offline W&B run file, once W&B's service has written its last one (``exit``): a run that
+    finished in this process may still be being written for a moment."""
     from wandb.proto import wandb_internal_pb2
     from wandb.sdk.internal.datastore import DataStore
 
+    deadline = time.monotonic() + timeout
+    while True:
+        store = DataStore()
+        store.open_for_scan(str(path))
+        records = []
+        while (data := store.scan_data()) is not None:
+            records.append(wandb_internal_pb2.Record())
+            records[-1].ParseFromString(data)
+        if any(r.WhichOneof("record_type") == "exit" for r in records) or time.monotonic() > deadline:
+            return records
+        time.sleep(0.2)
+
+
+def read_wandb(run_dir: Path) -> tuple[Logged, list[str]]:
+    """The history of every offline W&B run in ``run_dir`` (one row per step holds one value per name) and the
+    run ids, from the runs' ``.wandb`` files."""
     out: Logged = defaultdict(list)
     ids = []
     for path in sorted((run_dir / "wandb").glob("offline-run-*/run-*.wandb")):
-        store = DataStore()
-        store.open_for_scan(str(path))
-        while (data := store.scan_data()) is not None:
-            record = wandb_internal_pb2.Record()
-            record.ParseFromString(data)
+        for record in wandb_records(path):
             if record.WhichOneof("record_type") == "run":
                 ids.append(record.run.run_id)
             if record.WhichOneof("record_type") != "history":
@@ -246,18 +259,8 @@ def test_wandb_runs_offline_in_the_run_folder_and_agentr1_wandb_project_still_tu
     logger.close()
     run_files = list((tmp_path / "run" / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(run_files) == 1  # offline: no account, no network
-    from wandb.proto import wandb_internal_pb2
-    from wandb.sdk.internal.datastore import DataStore
-
-    store = DataStore()
-    store.open_for_scan(str(run_files[0]))
-    projects = []
-    while (data := store.scan_data()) is not None:
-        record = wandb_internal_pb2.Record()
-        record.ParseFromString(data)
-        if record.WhichOneof("record_type") == "run":
-            projects.append(record.run.project)
-    assert projects == ["from-env"]
+    records = wandb_records(run_files[0])
+    assert [r.run.project for r in records if r.WhichOneof("record_type") == "run"] == ["from-env"]
     assert read_wandb(tmp_path / "run")[0] == {("reward_mean", 1): [0.5], ("loss", 1): [0.5],
                                                ("tool_errors/timeout", 1): [1]}
 
