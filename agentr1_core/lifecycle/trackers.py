@@ -173,7 +173,8 @@ class MlflowTracker(Tracker):
         found = self.client.get_experiment_by_name(run.project)
         experiment = found.experiment_id if found is not None else self.client.create_experiment(run.project)
         self.run_id = self.client.create_run(experiment, run_name=run.run_name).info.run_id
-        params = [Param(mlflow_name(k), v) for k, v in _flat(run.config).items() if k]
+        # MLflow keeps at most 6,000 characters of a param and 250 of a name; config.json below has it all
+        params = [Param(mlflow_name(k), v[:6000]) for k, v in _flat(run.config).items() if 0 < len(k) <= 250]
         for i in range(0, len(params), 100):  # MLflow takes 100 params per batch
             self.client.log_batch(self.run_id, params=params[i:i + 100])
         self.client.log_dict(self.run_id, run.config, "config.json")

@@ -245,6 +245,13 @@ def test_every_tracker_gets_the_same_names_and_a_resumed_logger_skips_the_steps_
         assert {key for key, _ in logged} == names  # the same names everywhere
         assert_same(logged, kept)
     assert (json.loads((run_dir / "trackers.json").read_text())["mlflow"]["logged"]["reward_mean"]) == 4
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=(run_dir / "mlruns").resolve().as_uri())
+    (run,) = client.search_runs([client.get_experiment_by_name(project).experiment_id])
+    assert run.data.params == {"seed": "1", "rollout.n": "2"} and run.info.status == "FINISHED"
+    assert json.loads((Path(run.info.artifact_uri.removeprefix("file://")) / "config.json").read_text()) == {
+        "seed": 1, "rollout": {"n": 2}}
 
 
 def test_wandb_runs_offline_in_the_run_folder_and_agentr1_wandb_project_still_turns_it_on(tmp_path, tracker_env,
