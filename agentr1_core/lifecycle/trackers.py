@@ -2,7 +2,7 @@
 
 One small class per tracker with one interface: opened with the run (``TrackerRun``: run folder, project, run name,
 resolved config, whether it resumes and what an earlier process of the run saved), ``log(step, values)`` with the
-numbers of one record under the names TensorBoard gets (``metrics.scalars``: ``reward_mean``,
+numbers of one record under the names TensorBoard gets (``metrics.tracker_scalars``: ``reward_mean``,
 ``tool_errors/timeout``, ``val/success_rate``), ``close()``. Every tracker gets the same names and values.
 
 * ``tensorboard``: event files in ``<run_dir>/tb`` (a core dependency).
@@ -15,8 +15,8 @@ numbers of one record under the names TensorBoard gets (``metrics.scalars``: ``r
   show`` opens it), run name ``logging.run_name``.
 
 Resume: TensorBoard purges its events from the first repeated iteration on. The others reopen the run they logged
-to (its id is kept in ``<run_dir>/trackers.json``: W&B ``id`` with ``resume="allow"``, MLflow ``run_id``, Trackio
-``resume="allow"`` by name) and skip every metric at a step an earlier process already logged (the last step of each
+to (its id is kept in ``<run_dir>/trackers.json``: W&B's ``id``, offline as a second offline run of that id that
+``wandb sync`` joins to the first, online with ``resume="allow"``; MLflow's ``run_id``; Trackio's run by name) and skip every metric at a step an earlier process already logged (the last step of each
 name is kept in the same file), so no iteration is logged twice there; for the repeated iterations they keep the
 values first logged. A tracker's package is imported only when a run opens it; ``tracker_problems`` finds unknown
 names and missing packages for the run's checks. This module computes and reads no metrics.
