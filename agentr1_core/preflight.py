@@ -4,8 +4,9 @@
 The checks, each one's problems collected before the next runs:
 
 1. the problems the config loader already found (unknown keys, overrides of the wrong type: ``config.load_config``
-   with ``problems=``), the config's values (``validation.value_problems``), the model path, the names in
-   ``plugins.allow`` / ``plugins.block`` (each must be an installed plugin), every component's name and
+   with ``problems=``), the config's values (``validation.value_problems``), the trackers of ``logging.trackers``
+   (each a known name whose package is installed: ``lifecycle.trackers.tracker_problems``), the model path, the
+   names in ``plugins.allow`` / ``plugins.block`` (each must be an installed plugin), every component's name and
    parameters (``components.component_problems``); the tool sources ``env.tools`` names (``mcp:calc``), started as
    the run starts them, their tools listed, and two tools of one name (``tool_sources``);
 2. the datasets of the components that passed (``data.train``, ``data.val``): every line of a rows file that is not
@@ -148,11 +149,13 @@ def turn_cap_note(cfg: DictConfig) -> str | None:
 
 
 def _config_problems(cfg: DictConfig, registry: Registry, found: Problems) -> set[str]:
-    """Values, model path, plugin lists and components; returns the keys of the components that failed."""
+    """Values, trackers, model path, plugin lists and components; returns the keys of the components that failed."""
+    from agentr1_core.lifecycle.trackers import tracker_problems
     from agentr1_core.models import model_path_problem
     from agentr1_core.validation import value_problems
 
     found.extend(value_problems(cfg))
+    found.extend(tracker_problems(cfg))
     with found.at("model.path"):
         problem = model_path_problem(str(cfg.model.path))
         if problem:

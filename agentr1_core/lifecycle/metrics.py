@@ -1,12 +1,13 @@
-"""The one metrics path of a run: ``metrics.jsonl`` (one JSON object per record), TensorBoard scalars and W&B when
-installed and asked for (``AGENTR1_WANDB_PROJECT`` or ``wandb_project``). The console line of an iteration is
-``agentr1_core.trainers.console``'s.
+"""The one metrics path of a run: ``metrics.jsonl`` (one JSON object per record) and the experiment trackers of
+``logging.trackers`` (TensorBoard by default; W&B, MLflow, Trackio: ``agentr1_core.lifecycle.trackers``). The
+console line of an iteration is ``agentr1_core.trainers.console``'s.
 
 Records are what the trainer produces: one per RL iteration (flat keys such as ``reward_mean``, ``loss``, with small
 dicts for ``terminations`` and ``tool_errors``) plus ``event`` records (``validation``, ``sft``). Non-finite floats
-are written as null. TensorBoard gets every numeric value, nested dicts flattened with ``/`` (``tool_errors/timeout``),
-at the record's iteration. On resume, ``truncate_to(offset)`` drops the records written after the checkpoint, and
-TensorBoard purges its events from the first repeated iteration on, so no iteration is ever logged twice.
+are written as null. Every tracker gets every numeric value under one name, nested dicts flattened with ``/``
+(``tool_errors/timeout``), at the record's iteration. On resume, ``truncate_to(offset)`` drops the records written
+after the checkpoint, TensorBoard purges its events from the first repeated iteration on and the other trackers skip
+the steps they already have, so no iteration is ever logged twice.
 
 ``write_episodes`` keeps what the agent did in a validation (``episodes/<label>.jsonl``: per episode its task and
 stable task id, and per step the prompt messages as the env gave them, the response text, the parsed tool calls with
@@ -24,7 +25,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from agentr1_core.jsonl import read_jsonl
 
@@ -57,8 +58,9 @@ def scalars(record: dict[str, Any], prefix: str = "") -> dict[str, float]:
     return out
 
 
-def _tb_scalars(record: dict[str, Any]) -> tuple[int, dict[str, float]]:
-    """The TensorBoard step and scalars of one record."""
+def tracker_scalars(record: dict[str, Any]) -> tuple[int, dict[str, float]]:
+    """The step and the named numbers every tracker gets for one record: an iteration's values under their own
+    names, an event's under ``val/`` (validation) or ``<event>/`` (``sft/``), at the record's iteration."""
     event = record.get("event")
     step = int(record.get("iteration") or 0)
     if event is None:
@@ -69,60 +71,41 @@ def _tb_scalars(record: dict[str, Any]) -> tuple[int, dict[str, float]]:
 
 
 class MetricsLogger:
-    """Appends records to ``<run_dir>/metrics.jsonl`` (fsync'ed) and mirrors numbers to TensorBoard / W&B.
+    """Appends records to ``<run_dir>/metrics.jsonl`` (fsync'ed) and mirrors their numbers to the trackers named in
+    ``trackers`` (``lifecycle.trackers``), filed under ``project`` / ``run_name``.
 
     ``purge_step`` (the first iteration a resumed run logs again) makes TensorBoard drop older events from that
-    step on.
+    step on and the other trackers reopen their run and skip what they already logged.
     """
 
-    def __init__(self, run_dir: str | os.PathLike, tensorboard: bool = True, wandb_project: str | None = None,
-                 config: dict[str, Any] | None = None, purge_step: int | None = None) -> None:
+    def __init__(self, run_dir: str | os.PathLike, trackers: Sequence[str] = ("tensorboard",),
+                 config: dict[str, Any] | None = None, purge_step: int | None = None, project: str = "agentr1",
+                 run_name: str | None = None) -> None:
+        from agentr1_core.lifecycle.trackers import Trackers
+
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / "metrics.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.tb = None
-        if tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-
-                self.tb = SummaryWriter(str(self.run_dir / "tb"), purge_step=purge_step)
-            except ImportError:  # tensorboard not installed: JSONL only
-                self.tb = None
-        self.wandb = None
-        project = wandb_project or os.environ.get("AGENTR1_WANDB_PROJECT")
-        if project:
-            try:
-                import wandb
-
-                self.wandb = wandb.init(project=project, config=config, dir=str(self.run_dir),
-                                        resume="allow", id=os.environ.get("AGENTR1_WANDB_RUN_ID"))
-            except ImportError:
-                self.wandb = None
+        self.trackers: Trackers | None = Trackers(list(trackers), self.run_dir, project,
+                                                  run_name or self.run_dir.resolve().name, config, purge_step)
 
     def write(self, record: dict[str, Any]) -> None:
         with self.path.open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(clean(record), ensure_ascii=False) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
-        step, values = _tb_scalars(record)
-        if self.tb is not None and values:
-            for key, value in values.items():
-                self.tb.add_scalar(key, value, step)
-            self.tb.flush()
-        if self.wandb is not None and values:
-            self.wandb.log(values, step=step)
+        step, values = tracker_scalars(record)
+        if self.trackers is not None and values:
+            self.trackers.log(step, values)
 
     def offset(self) -> int:
         """The current size of ``metrics.jsonl`` in bytes (stored in checkpoints)."""
         return self.path.stat().st_size if self.path.is_file() else 0
 
     def close(self) -> None:
-        if self.tb is not None:
-            self.tb.close()
-            self.tb = None
-        if self.wandb is not None:
-            self.wandb.finish()
-            self.wandb = None
+        if self.trackers is not None:
+            self.trackers.close()
+            self.trackers = None
 
 
 def _task_text(observation: Any) -> str:

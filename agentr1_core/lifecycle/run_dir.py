@@ -3,7 +3,8 @@
 * A fresh run (no ``--resume``) needs an empty or absent ``run_dir``. A directory that already holds files is
   refused with one line (exit code 2) unless ``--overwrite`` is given, which deletes the previous run's files
   (``metrics.jsonl``, ``tb/``, ``checkpoints/``, ``summary.json``, ``config.yaml``, ``curves.png``, ``episodes/``, ``errors.log``, ``view.html``,
-  ``eval_*.json`` and ``eval_*.episodes.jsonl``) first; other files are left alone.
+  ``trackers.json``, ``wandb/``, ``mlruns/``, ``eval_*.json`` and ``eval_*.episodes.jsonl``) first; other files are
+  left alone.
 * ``--resume`` (``trainer.resume=auto``) needs a complete checkpoint in ``run_dir``; without one it is refused with
   one line instead of silently starting over. The run's saved ``config.yaml`` is the config of a resumed run
   (``resume_config``): a config that differs from it is refused with the keys that differ, except the keys in
@@ -33,7 +34,8 @@ from agentr1_core.lifecycle.checkpoint import latest_checkpoint
 CONFIG_FILE = "config.yaml"
 VERL_STATE_FILE = "agentr1_state.json"  # the verl trainer's state file, written last into verl_iter_N
 RUN_FILES = ("metrics.jsonl", "tb", "checkpoints", "summary.json", CONFIG_FILE, "curves.png", "episodes", "errors.log",
-             "view.html", "reference_model")  # reference_model: the verl backend's KL reference after SFT
+             "view.html", "reference_model",  # reference_model: the verl backend's KL reference after SFT
+             "trackers.json", "wandb", "mlruns")  # the trackers' state, W&B's and MLflow's files (lifecycle.trackers)
 
 
 # What a resumed run may change: how long it goes and how it checkpoints, validates and uses the machine. Everything

@@ -133,8 +133,11 @@ class TrainingLoop:
         return list(self.registry.build("dataset", name, params, where=key))
 
     def make_writer(self) -> Any:
+        from agentr1_core.lifecycle.trackers import logging_settings
+
         return MetricsLogger(self.run_dir, config=OmegaConf.to_container(self.cfg, resolve=True),
-                             purge_step=self.iteration + 1 if self.resumed_from is not None else None)
+                             purge_step=self.iteration + 1 if self.resumed_from is not None else None,
+                             **logging_settings(self.cfg))
 
     # -- state ------------------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
