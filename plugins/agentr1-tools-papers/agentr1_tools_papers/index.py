@@ -75,6 +75,9 @@ def build_index(corpus: str | os.PathLike, out_dir: str | os.PathLike | None = N
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}-{threading.get_ident()}"
     tmp.mkdir(parents=True, exist_ok=True)
+    # the vocabulary of an index built from token ids has int keys: bm25s writes them with orjson when that is
+    # installed, which refuses int keys, and with json otherwise, which writes them as strings; strings either way
+    model.vocab_dict = {str(k): v for k, v in model.vocab_dict.items()}
     model.save(str(tmp), show_progress=False)
     tokenizer.save_vocab(str(tmp))
     tokenizer.save_stopwords(str(tmp))

@@ -83,6 +83,9 @@ def build_bm25_index(corpus: str | os.PathLike, out_dir: str | os.PathLike, prog
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     tmp.mkdir(parents=True, exist_ok=True)
+    # the vocabulary of an index built from token ids has int keys: bm25s writes them with orjson when that is
+    # installed, which refuses int keys, and with json otherwise, which writes them as strings; strings either way
+    retriever.vocab_dict = {str(k): v for k, v in retriever.vocab_dict.items()}
     retriever.save(str(tmp), show_progress=False)
     tokenizer.save_vocab(str(tmp))
     tokenizer.save_stopwords(str(tmp))
