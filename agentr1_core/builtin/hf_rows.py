@@ -11,8 +11,8 @@ key, dotted paths on both sides (``reward_model.ground_truth: answer``, ``prompt
 one error naming every such field, the close column names and all columns, before any row is read. The rows are then
 checked like those of any dataset (``agentr1_core.rows``), each named ``<dataset> row N``.
 
-``datasets`` is an optional install (``pip install 'agentr1-core[datasets]'``); without it, using this dataset is one
-config error. Importing this module imports nothing beyond the standard library.
+``datasets`` is an optional install (``pip install datasets``; the core's ``datasets`` extra from a checkout);
+without it, using this dataset is one config error. Importing this module imports nothing beyond the standard library.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def _import_datasets() -> Any:
         import datasets
     except ImportError:
         raise ConfigError("the hf dataset needs the package 'datasets', which is not installed; "
-                          "pip install 'agentr1-core[datasets]'") from None
+                          "pip install datasets") from None
     return datasets
 
 

@@ -107,7 +107,7 @@ def wandb_logged_in() -> bool:
 
 
 class WandbTracker(Tracker):
-    name, module, install = "wandb", "wandb", "pip install 'agentr1-core[wandb]'"
+    name, module, install = "wandb", "wandb", "pip install wandb"
 
     def __init__(self, run: TrackerRun) -> None:
         super().__init__(run)
@@ -153,7 +153,7 @@ def _flat(config: Any, prefix: str = "") -> dict[str, str]:
 
 
 class MlflowTracker(Tracker):
-    name, module, install = "mlflow", "mlflow", "pip install 'agentr1-core[mlflow]'"
+    name, module, install = "mlflow", "mlflow", "pip install mlflow-skinny"
 
     def __init__(self, run: TrackerRun) -> None:
         super().__init__(run)
@@ -193,7 +193,7 @@ class MlflowTracker(Tracker):
 
 
 class TrackioTracker(Tracker):
-    name, module, install = "trackio", "trackio", "pip install 'agentr1-core[trackio]'"
+    name, module, install = "trackio", "trackio", "pip install trackio"
 
     def __init__(self, run: TrackerRun) -> None:
         super().__init__(run)

@@ -6,12 +6,17 @@ is restored afterwards.
 
 ``ray_lock`` keeps the tests that start Ray apart, the core's and the plugins' alike (a plugin's conftest, which may
 not declare ``pytest_plugins`` below the root, imports it: ``from agentr1_core.testing.fixtures import ray_lock``).
+
+``ctrl_c_reaches_it``: a ``preexec_fn`` for a command a test stops with SIGINT, as Ctrl-C in a terminal would. A
+test suite started in the background by a shell without job control inherits SIGINT ignored, and Python then
+installs no KeyboardInterrupt handler in the command; this gives it back the default disposition first.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import signal
 from typing import Iterator
 
 import pytest
@@ -46,3 +51,8 @@ def ray_lock(tmp_path_factory):
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
     return hold
+
+
+def ctrl_c_reaches_it() -> None:
+    """``subprocess.Popen(..., preexec_fn=ctrl_c_reaches_it)``: SIGINT as in a terminal (module docstring)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

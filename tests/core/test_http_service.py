@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from agentr1_core.http_service import HttpError, Limits, Page, Request, make_server
+from agentr1_core.testing.fixtures import ctrl_c_reaches_it
 
 SMALL = Limits(max_body_bytes=64 * 1024, read_timeout_s=0.5, max_connections=8)
 
@@ -273,7 +274,7 @@ def test_ctrl_c_or_sigterm_during_a_stream_of_requests_stops_the_command_every_t
     KeyboardInterrupt raised there did, in about one of 15 tries), so it is sent 8 times under load."""
     for _ in range(8):
         proc = subprocess.Popen([sys.executable, "-c", SERVE_IN_MAIN_THREAD], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+                                stderr=subprocess.PIPE, text=True, preexec_fn=ctrl_c_reaches_it)
         done = threading.Event()
 
         def hammer(url: str) -> None:
@@ -309,7 +310,7 @@ def test_the_view_page_is_served_on_loopback_until_ctrl_c(tmp_path):
     page.write_bytes(b"<!doctype html><title>run</title>")
     proc = subprocess.Popen([sys.executable, "-c", "import sys; from pathlib import Path; "
                              "from agentr1_core.lifecycle.view_page import serve; serve(Path(sys.argv[1]))", str(page)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=ctrl_c_reaches_it)
     try:
         line = proc.stdout.readline()
         assert "http://127.0.0.1:" in line, line + proc.stderr.read()

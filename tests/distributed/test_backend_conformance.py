@@ -319,6 +319,7 @@ def test_dynamic_sampling_trains_the_informative_groups_only_on_every_backend(ba
     assert rec["curriculum/solved_rows"] + rec["curriculum/failed_rows"] >= min(1, rec["dynamic/dropped_groups"])
 
 
+@pytest.mark.parametrize("backend", list(BACKENDS))
 def test_overlong_episodes_are_masked_and_the_others_train_on_every_backend(backend, tiny_model_dir, tmp_path,
                                                                            request):
     """Rows of two kinds: the fault engine answers ``wrong_argument_types`` rows itself (a tool call, then an answer

@@ -254,4 +254,4 @@ def test_a_field_that_names_a_missing_column_is_one_error(tmp_path, tiny_model_d
     assert main([*base, "--field", "prompt=question"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["agentr1-core: error: config error at data.val: the hf dataset needs the package 'datasets', "
-                   "which is not installed; pip install 'agentr1-core[datasets]'"]
+                   "which is not installed; pip install datasets"]

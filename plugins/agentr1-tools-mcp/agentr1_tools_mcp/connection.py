@@ -105,7 +105,7 @@ class ServerConnection:
         self._tail = StderrTail() if self.settings.command else None
         self._holder = asyncio.get_running_loop().create_task(self._hold(ready, self._closing, self._tail))
         try:
-            with anyio.fail_after(self.settings.timeout):
+            with anyio.fail_after(self.settings.start_timeout):
                 self.client = await asyncio.shield(ready)
                 self.tools = await self._list_tools(self.client)
         except BaseException as exc:
@@ -229,7 +229,8 @@ class ServerConnection:
         s = self.settings
         exc = _innermost(exc)
         if isinstance(exc, TimeoutError):
-            what = f"no answer within its timeout of {s.timeout:g}s"
+            what = (f"no answer within its start_timeout of {s.start_timeout:g}s" if starting
+                    else f"no answer within its timeout of {s.timeout:g}s")
         elif isinstance(exc, FileNotFoundError):
             what = "command not found"
         elif isinstance(exc, MCPError) and exc.error.code == types.CONNECTION_CLOSED:

@@ -8,6 +8,7 @@
         docs: {url: "http://127.0.0.1:9000/mcp", headers: {}, timeout: 30}                   # streamable HTTP
         time: {command: python, args: [-m, mcp_server_time], rename: {convert_time: timezone_converter}}
 
+``timeout`` bounds each tool call, ``start_timeout`` (default 60 s) starting the server and listing its tools.
 ``command: python`` (or ``python3``) is the interpreter of the run itself, so a server module installed beside
 agentr1 is found in an environment that is not activated; give a path for another one. ``rename`` maps a
 server's tool name to the name the model sees. Nothing here starts a server (``connection``).
@@ -22,9 +23,10 @@ from typing import Any
 
 from agentr1_core.errors import suggest
 
-STDIO_KEYS = ("command", "args", "env", "cwd", "timeout", "rename")
-HTTP_KEYS = ("url", "headers", "timeout", "rename")
-DEFAULT_TIMEOUT = 30.0
+STDIO_KEYS = ("command", "args", "env", "cwd", "timeout", "start_timeout", "rename")
+HTTP_KEYS = ("url", "headers", "timeout", "start_timeout", "rename")
+DEFAULT_TIMEOUT = 30.0  # a tool call
+DEFAULT_START_TIMEOUT = 60.0  # starting a server and listing its tools (an interpreter's imports take seconds)
 SERVER_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 THIS_PYTHON = ("python", "python3")
 
@@ -42,6 +44,7 @@ class ServerSettings:
     headers: dict[str, str] = field(default_factory=dict)
     timeout: float = DEFAULT_TIMEOUT
     rename: dict[str, str] = field(default_factory=dict)
+    start_timeout: float = DEFAULT_START_TIMEOUT
 
     @property
     def key(self) -> str:
@@ -106,10 +109,8 @@ def parse_server(name: Any, raw: Any) -> tuple[ServerSettings | None, list[str]]
                                                for a in args):
         problems.append(f"config error at {key}.args: expected a list of strings, got {args!r}")
         args = []
-    timeout = raw.get("timeout", DEFAULT_TIMEOUT)
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        problems.append(f"config error at {key}.timeout: expected a number of seconds above 0, got {timeout!r}")
-        timeout = DEFAULT_TIMEOUT
+    timeout = _seconds(raw, "timeout", DEFAULT_TIMEOUT, key, problems)
+    start_timeout = _seconds(raw, "start_timeout", DEFAULT_START_TIMEOUT, key, problems)
     env = _string_map(raw.get("env"), f"{key}.env", problems)
     headers = _string_map(raw.get("headers"), f"{key}.headers", problems)
     rename = _string_map(raw.get("rename"), f"{key}.rename", problems)
@@ -120,7 +121,15 @@ def parse_server(name: Any, raw: Any) -> tuple[ServerSettings | None, list[str]]
         return None, problems
     return ServerSettings(name=name, command=str(raw.get("command") or ""), args=tuple(str(a) for a in args),
                           env=env, cwd=raw.get("cwd"), url=str(raw.get("url") or ""), headers=headers,
-                          timeout=float(timeout), rename=rename), []
+                          timeout=timeout, rename=rename, start_timeout=start_timeout), []
+
+
+def _seconds(raw: dict[str, Any], name: str, default: float, key: str, problems: list[str]) -> float:
+    value = raw.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        problems.append(f"config error at {key}.{name}: expected a number of seconds above 0, got {value!r}")
+        return default
+    return float(value)
 
 
 def parse_servers(servers: Any) -> tuple[list[ServerSettings], list[str]]:

@@ -41,7 +41,7 @@ class MCPToolSource(ToolSource):
         async def start_all() -> list[Any]:
             return await asyncio.gather(*(c.start() for c in self.connections.values()), return_exceptions=True)
 
-        bound = max([s.timeout for s in self.settings] or [0.0]) + CLOSE_SECONDS
+        bound = max([s.start_timeout for s in self.settings] or [0.0]) + CLOSE_SECONDS
         outcomes = self.loop.run(start_all(), timeout=bound)
         problems = list(self.setting_problems)
         for connection, outcome in zip(self.connections.values(), outcomes):

@@ -69,7 +69,7 @@ def test_a_run_reports_every_problem_of_its_servers_and_references_at_once(run_c
         "renamed": "mcp.servers.renamed.rename: the server has no tool 'ecko' (did you mean 'echo'?); its tools: "
                    "echo, shout, slow, fail, picture, document, crash, whoami, meet",
         "typo": "mcp.servers.typo.argz: unknown key (did you mean 'args'?); valid: command, args, env, cwd, timeout, "
-                "rename",
+                "start_timeout, rename",
     }
     for what, line in expected.items():
         assert sum(ln.startswith(prefix + line) for ln in lines) == 1, (what, lines)

@@ -21,6 +21,7 @@ def test_well_formed_servers():
         "stdio", sys.executable, ("-m", "calc", "3"), {"LEVEL": "2"}, 5.0)
     assert (http.transport, http.url, http.headers, http.rename, http.timeout) == (
         "streamable HTTP", "https://example.org/mcp", {"Authorization": "Bearer x"}, {"search": "lookup"}, 30.0)
+    assert (stdio.start_timeout, http.start_timeout) == (60.0, 60.0)  # a call's timeout does not bound the start
 
 
 @pytest.mark.parametrize("raw, line", [
@@ -29,9 +30,12 @@ def test_well_formed_servers():
     ({"command": "a", "url": "http://h/mcp"}, "config error at mcp.servers.s: give either command (a server started "
                                               "over stdio) or url (a streamable HTTP server), not both"),
     ({"url": "http://h/mcp", "args": []}, "config error at mcp.servers.s.args: unknown key (a streamable HTTP server "
-                                          "has no args); valid: url, headers, timeout, rename"),
+                                          "has no args); valid: url, headers, timeout, "
+                                          "start_timeout, rename"),
     ({"command": "a", "timeout": 0}, "config error at mcp.servers.s.timeout: expected a number of seconds above 0, "
                                      "got 0"),
+    ({"command": "a", "start_timeout": "1m"}, "config error at mcp.servers.s.start_timeout: expected a number of "
+                                              "seconds above 0, got '1m'"),
     ({"command": "a", "args": "-m x"}, "config error at mcp.servers.s.args: expected a list of strings, got '-m x'"),
     ({"command": "a", "env": ["X=1"]}, "config error at mcp.servers.s.env: expected a mapping of names to strings"),
     ({"url": "127.0.0.1:9000/mcp"}, "config error at mcp.servers.s.url: expected an http:// or https:// URL, got "
@@ -58,5 +62,5 @@ def test_start_reports_the_mistakes_with_the_servers_problems(start_source, tool
         "config error at mcp.servers.typo: give either command (a server started over stdio) or url (a streamable "
         "HTTP server)",
         "config error at mcp.servers.typo.comand: unknown key (did you mean 'command'?); valid: command, args, env, "
-        "cwd, timeout, rename",
+        "cwd, timeout, start_timeout, rename",
         f"config error at mcp.servers.empty: the server lists no tools (python {toolbox()['args'][0]} --no-tools)"]

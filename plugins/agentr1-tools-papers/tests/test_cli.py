@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from agentr1_core.testing.fixtures import ctrl_c_reaches_it
 from agentr1_tools_papers.http_service import HttpPaperService
 
 
@@ -52,7 +53,7 @@ def test_an_unreachable_paper_service_stops_the_run_before_the_model_loads(cli, 
 def test_papers_serve_answers_until_ctrl_c(small_corpus, tmp_path):
     exe = shutil.which("agentr1-core", path=str(Path(sys.executable).parent)) or "agentr1-core"
     proc = subprocess.Popen([exe, "papers", "serve", "--corpus", str(small_corpus), "--port", "0"], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=ctrl_c_reaches_it,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
         line = proc.stdout.readline()

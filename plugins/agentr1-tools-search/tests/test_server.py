@@ -19,6 +19,7 @@ from typing import Any, Iterator
 
 import pytest
 
+from agentr1_core.testing.fixtures import ctrl_c_reaches_it
 from agentr1_tools_search.bm25 import BM25Retriever, build_bm25_index
 from agentr1_tools_search.retriever import RemoteRetriever
 from agentr1_tools_search.server import MAX_TOP_K, make_server
@@ -181,7 +182,7 @@ def test_a_refused_connection_is_retried_then_named(retriever):
 def test_search_serve_answers_until_ctrl_c(retriever, isolated_cache):
     cli = shutil.which("agentr1-core") or str(Path(sys.executable).parent / "agentr1-core")
     proc = subprocess.Popen([cli, "search", "serve", "--index", str(retriever.index_dir), "--port", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=ctrl_c_reaches_it,
                             env={**os.environ, "AGENTR1_CACHE": str(isolated_cache)})
     try:
         line = proc.stdout.readline()
