@@ -2,9 +2,9 @@
 
 * A fresh run (no ``--resume``) needs an empty or absent ``run_dir``. A directory that already holds files is
   refused with one line (exit code 2) unless ``--overwrite`` is given, which deletes the previous run's files
-  (``metrics.jsonl``, ``tb/``, ``checkpoints/``, ``summary.json``, ``config.yaml``, ``curves.png``, ``episodes/``, ``errors.log``, ``view.html``,
-  ``trackers.json``, ``wandb/``, ``mlruns/``, ``eval_*.json`` and ``eval_*.episodes.jsonl``) first; other files are
-  left alone.
+  (``metrics.jsonl``, ``tb/``, ``checkpoints/``, ``summary.json``, ``config.yaml``, ``curves.png``, ``episodes/``,
+  ``errors.log``, ``view.html``, ``trackers.json``, ``wandb/``, ``mlruns/``, ``eval_*.json`` and
+  ``eval_*.episodes.jsonl``) first; other files are left alone.
 * ``--resume`` (``trainer.resume=auto``) needs a complete checkpoint in ``run_dir``; without one it is refused with
   one line instead of silently starting over. The run's saved ``config.yaml`` is the config of a resumed run
   (``resume_config``): a config that differs from it is refused with the keys that differ, except the keys in

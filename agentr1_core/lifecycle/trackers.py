@@ -14,12 +14,13 @@ numbers of one record under the names TensorBoard gets (``metrics.tracker_scalar
 * ``trackio``: Trackio's local project store (``TRACKIO_DIR``, default ``~/.cache/huggingface/trackio``; ``trackio
   show`` opens it), run name ``logging.run_name``.
 
-Resume: TensorBoard purges its events from the first repeated iteration on. The others reopen the run they logged
-to (its id is kept in ``<run_dir>/trackers.json``: W&B's ``id``, offline as a second offline run of that id that
-``wandb sync`` joins to the first, online with ``resume="allow"``; MLflow's ``run_id``; Trackio's run by name) and skip every metric at a step an earlier process already logged (the last step of each
-name is kept in the same file), so no iteration is logged twice there; for the repeated iterations they keep the
-values first logged. A tracker's package is imported only when a run opens it; ``tracker_problems`` finds unknown
-names and missing packages for the run's checks. This module computes and reads no metrics.
+Resume: TensorBoard purges its events from the first repeated iteration on. The others reopen the run they logged to
+(its id is kept in ``<run_dir>/trackers.json``: W&B's ``id``, offline as a second offline run of that id that ``wandb
+sync`` joins to the first, online with ``resume="allow"``; MLflow's ``run_id``; Trackio's run by name) and skip every
+metric at a step an earlier process already logged (the last step of each name is kept in the same file), so no
+iteration is logged twice there; for the repeated iterations they keep the values first logged. A tracker's package
+is imported only when a run opens it; ``tracker_problems`` finds unknown names and missing packages for the run's
+checks. This module computes and reads no metrics.
 """
 
 from __future__ import annotations

@@ -5,13 +5,14 @@
 (``trainers.data_order``). Without dynamic sampling that is all: every episode trains.
 
 With it, a group (the episodes of one row) whose episodes all got the same return (the sum of their step rewards,
-what GRPO and RLOO score, with ``rollout.overlong``'s length penalty when the run has one) carries no gradient through a group baseline: its advantages are all zero. Such groups
-are dropped, and more rows are rolled out, ``rollout.batch_size`` at a time, until ``rollout.batch_size``
-informative groups are there or ``max_rounds`` extra rounds are spent; informative groups beyond the batch size are
-dropped too (verl does the same), so an update sees at most the configured number of groups. When the cap is hit,
-what was found trains (possibly nothing: then the update is skipped, as for any batch without a gradient) and the
-iteration's metrics say so (``dynamic/cap_hit``) with the rewards the dropped groups shared: dynamic sampling
-cannot invent a reward, so a task the model never solves (every group all 0) stays without a gradient.
+what GRPO and RLOO score, with ``rollout.overlong``'s length penalty when the run has one) carries no gradient
+through a group baseline: its advantages are all zero. Such groups are dropped, and more rows are rolled out,
+``rollout.batch_size`` at a time, until ``rollout.batch_size`` informative groups are there or ``max_rounds`` extra
+rounds are spent; informative groups beyond the batch size are dropped too (verl does the same), so an update sees at
+most the configured number of groups. When the cap is hit, what was found trains (possibly nothing: then the update
+is skipped, as for any batch without a gradient) and the iteration's metrics say so (``dynamic/cap_hit``) with the
+rewards the dropped groups shared: dynamic sampling cannot invent a reward, so a task the model never solves (every
+group all 0) stays without a gradient.
 
 Every episode rolled out counts in the iteration's rollout metrics (reward, success, tokens), the dropped ones
 included, so they stay comparable with a run without dynamic sampling; only the training rows are filtered.
