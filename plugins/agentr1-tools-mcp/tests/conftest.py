@@ -52,18 +52,24 @@ def wait_until_gone(pids, seconds: float = 15.0) -> list[int]:
     return left
 
 
-def children_of(pid: int) -> list[int]:
-    """The pids whose parent is ``pid``."""
+def pids_where(proc_file: str, matches) -> list[int]:
+    """The pids whose ``/proc/PID/<proc_file>`` (bytes) ``matches``; processes that end or hide it meanwhile are
+    left out."""
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                with open(f"/proc/{entry}/stat") as stat:
-                    if int(stat.read().rsplit(")", 1)[1].split()[1]) == pid:
+                with open(f"/proc/{entry}/{proc_file}", "rb") as fh:
+                    if matches(fh.read()):
                         found.append(int(entry))
-            except (FileNotFoundError, ProcessLookupError, ValueError):
+            except (FileNotFoundError, ProcessLookupError, PermissionError, ValueError):
                 pass
     return found
+
+
+def children_of(pid: int) -> list[int]:
+    """The pids whose parent is ``pid``."""
+    return pids_where("stat", lambda stat: int(stat.rsplit(b")", 1)[1].split()[1]) == pid)
 
 
 @pytest.fixture(scope="session")
@@ -88,16 +94,8 @@ def runs(pid: int, text: str) -> bool:
 
 def tagged(tag: str) -> list[int]:
     """The running processes whose environment holds ``AGENTR1_MCP_TEST_TAG=tag`` (a server a test started)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/environ", "rb") as env:
-                    if f"AGENTR1_MCP_TEST_TAG={tag}".encode() in env.read().split(b"\0"):
-                        found.append(int(entry))
-            except (FileNotFoundError, ProcessLookupError, PermissionError):
-                pass
-    return [p for p in found if alive(p)]
+    wanted = f"AGENTR1_MCP_TEST_TAG={tag}".encode()
+    return [p for p in pids_where("environ", lambda env: wanted in env.split(b"\0")) if alive(p)]
 
 
 @pytest.fixture(scope="session")
