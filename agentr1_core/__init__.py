@@ -8,12 +8,12 @@ Importing this package is cheap: torch is only imported by the components that n
 from agentr1_core.hookspecs import hookimpl
 from agentr1_core.specs import (
     AgentFlowSpec, AlgorithmSpec, CommandSpec, ConfigSpec, DatasetSpec, EngineSpec, EnvSpec, RewardSpec,
-    ToolFormatSpec, ToolSourceSpec, ToolSpec, TrainerSpec,
+    SandboxSpec, ToolFormatSpec, ToolSourceSpec, ToolSpec, TrainerSpec,
 )
 
 __version__ = "0.1.0"
 
 __all__ = [
     "hookimpl", "AgentFlowSpec", "AlgorithmSpec", "CommandSpec", "ConfigSpec", "DatasetSpec", "EngineSpec", "EnvSpec",
-    "RewardSpec", "ToolFormatSpec", "ToolSourceSpec", "ToolSpec", "TrainerSpec", "__version__",
+    "RewardSpec", "SandboxSpec", "ToolFormatSpec", "ToolSourceSpec", "ToolSpec", "TrainerSpec", "__version__",
 ]

@@ -72,6 +72,18 @@ def agentr1_envs():
 
 
 @hookspec
+def agentr1_sandboxes():
+    """Sandboxes (``Sandbox`` subclasses): where an episode's commands run, ``env.sandbox: {name: ..., **params}``.
+
+    Example::
+
+        @hookimpl
+        def agentr1_sandboxes():
+            return [SandboxSpec("my_cloud", "my_pkg.sandbox:MyCloudSandbox", "Commands in a cloud VM")]
+    """
+
+
+@hookspec
 def agentr1_agent_flows():
     """Agent flows (``AgentFlowBase`` subclasses) that run one episode, ``agent_flow: {name: ...}``.
 

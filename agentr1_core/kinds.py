@@ -37,6 +37,8 @@ KINDS: tuple[Kind, ...] = (
     Kind("tool_source", "agentr1_tool_sources", "ToolSourceSpec"),
     Kind("tool_format", "agentr1_tool_formats", "ToolFormatSpec"),  # a parameter of tool_env: env.tool_format
     Kind("env", "agentr1_envs", "EnvSpec", ("env",)),
+    # where an episode's commands run: a parameter of the envs that run code (env.sandbox: local)
+    Kind("sandbox", "agentr1_sandboxes", "SandboxSpec"),
     Kind("agent_flow", "agentr1_agent_flows", "AgentFlowSpec", ("agent_flow",), frozenset({"ctx"})),
     # a function-style reward gets these per call
     Kind("reward", "agentr1_rewards", "RewardSpec", ("reward",), frozenset({"trajectory", "traj", "row"})),

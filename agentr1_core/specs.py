@@ -93,6 +93,14 @@ class EnvSpec(ComponentSpec):
 
 
 @dataclass(frozen=True)
+class SandboxSpec(ComponentSpec):
+    """A ``Sandbox`` subclass (``agentr1_core.sandbox``): where an episode's commands run, under which limits and
+    isolation; params are its constructor's keyword arguments (``env.sandbox: {name: local, memory_mb: 512}``)."""
+
+    kind: ClassVar[str] = "sandbox"
+
+
+@dataclass(frozen=True)
 class AgentFlowSpec(ComponentSpec):
     """An ``AgentFlowBase`` subclass."""
 

@@ -24,9 +24,9 @@ def test_core_components_are_registered_through_the_entry_point():
     registry = get_registry()
     builtin = registry.plugins["builtin"]
     assert builtin.distribution == "agentr1-core" and builtin.status == "ok"
-    # every hook is used by the core's own plugin, but tool sources: the core has no tools outside the process (the
-    # MCP plugin is the one that does, tested through its installed distribution)
-    assert set(builtin.hooks) == set(HOOK_KINDS) - {"agentr1_tool_sources"}
+    # every hook is used by the core's own plugin, but tool sources and sandboxes: the core has no tools outside the
+    # process and runs no commands (the MCP and terminal plugins do, tested through their installed distributions)
+    assert set(builtin.hooks) == set(HOOK_KINDS) - {"agentr1_tool_sources", "agentr1_sandboxes"}
     for kind in HOOK_KINDS.values():
         assert registry.names(kind), f"no {kind} registered"
     assert {"grpo", "steppo"} <= set(registry.names("algorithm"))
