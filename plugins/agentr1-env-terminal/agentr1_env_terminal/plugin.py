@@ -40,7 +40,7 @@ def agentr1_tools():
 def agentr1_envs():
     return [EnvSpec("terminal", f"{PKG}.env:TerminalEnv",
                     "A task in a sandbox: the agent runs commands, the task's tests decide the reward",
-                    row_fields=("prompt", "env_kwargs.task_dir"))]
+                    row_fields=("prompt",))]
 
 
 @hookimpl
@@ -52,6 +52,9 @@ def agentr1_datasets():
         DatasetSpec("terminal_tasks", f"{PKG}.tasks.generate:load_generated",
                     "The recipe's generated shell tasks (count, find, sort, sum, rename, fix...), as Harbor folders",
                     row_fields=("prompt", "env_kwargs.task_dir")),
+        DatasetSpec("gsm8k_python", f"{PKG}.gsm8k_python:gsm8k_python_rows",
+                    "GSM8K rows (the core's) with the expert's calculator calls written as python calls",
+                    row_fields=("prompt", "reward_model.ground_truth")),
     ]
 
 
