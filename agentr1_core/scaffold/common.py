@@ -5,7 +5,9 @@ The package speaks of the component in the user's own words (``the inventory too
 install, train and pass its tests from the start is a working example, which each file holds in one marked block,
 ``# EXAMPLE: ...`` to ``# END EXAMPLE`` (``<!-- EXAMPLE: ... -->`` to ``<!-- END EXAMPLE -->`` in the README), so a
 user replaces those blocks and the rows in ``data/`` and keeps the rest. The tests the package ships read the row
-counts and caps they check from its run config.
+counts and caps they check from its run config. A kind whose config reads another plugin's data (``sandbox``) ships
+no rows (``rows=None``): no ``data/`` files, and its own README, conftest and package tests in place of the common
+ones, which speak of rows.
 
 A package holds one component, named after the plugin, except a tool package, which may hold several tools (each in
 its module ``<tool>.py`` with its tests ``tests/test_<tool>.py``; a single tool's module is ``tool.py``). Templates
@@ -39,12 +41,14 @@ EXAMPLE_START, EXAMPLE_END = "EXAMPLE:", "END EXAMPLE"
 class Kind:
     """One scaffold kind: where its component goes, how it is registered, and its templates."""
 
-    kind: str  # tool | env | reward | flow
+    kind: str  # tool | env | reward | flow | sandbox
     component: str  # template of <package>/<kind>.py
     config: str  # template of <package>/configs/<name>.yaml
     tests: str  # template of tests/test_<kind>.py
     example: str  # template of the README's section on the example (inside its EXAMPLE block)
-    rows: Callable[[dict[str, str]], tuple[Rows, Rows]]  # the example's seeded (train, val) rows
+    # the example's seeded (train, val) rows (data/train.jsonl, data/val.jsonl); None: the package ships no rows (its
+    # config reads another plugin's data) and the kind gives its own README, conftest and package tests
+    rows: Callable[[dict[str, str]], tuple[Rows, Rows]] | None = None
     factory_attr: str = ""  # the registered attribute when it is not the class ``$cls``
     registry_kind: str = ""  # the kind in agentr1_core.kinds when it is not ``kind`` (agent_flow): hook, spec class
     row_fields: tuple[str, ...] = ()  # what the example component reads from every row (its spec's ``row_fields``)
@@ -52,6 +56,12 @@ class Kind:
     # the fields of one component's files (its module, its tests), given the package's fields and the component's
     component_fields: Callable[[dict[str, Any], dict[str, Any]], dict[str, str]] = field(
         default=lambda fields, component: {})
+    requires: tuple[str, ...] = ()  # the package's dependencies besides agentr1-core (``agentr1-env-terminal``)
+    # the package's files that speak of rows, when the kind ships none: templates of README.md, tests/conftest.py and
+    # tests/test_package.py ("" for the common ones)
+    readme: str = ""
+    conftest: str = ""
+    package_tests: str = ""
 
 
 def fill(template: str, fields: dict[str, str]) -> str:
@@ -82,7 +92,9 @@ def names(name: str, kind: Kind, tools: list[str] | None = None) -> dict[str, An
     registered = BY_NAME[kind.registry_kind or kind.kind]
     fields: dict[str, Any] = dict(
         name=name, plugin_ident=ident, package=f"agentr1_{ident}", dist=f"agentr1-{name}", kind=kind.kind,
-        registry_kind=registered.name, hook=registered.hook, spec_cls=registered.spec, core_version=__version__)
+        registry_kind=registered.name, hook=registered.hook, spec_cls=registered.spec, core_version=__version__,
+        dependencies=", ".join(f'"{r}"' for r in (f"agentr1-core>={__version__}", *kind.requires)),
+        and_data=" and data" if kind.rows is not None else "")
     if not tools:
         components = [component(fields, kind, ident, kind.kind, name)]
     elif len(tools) == 1:
@@ -146,20 +158,22 @@ def render_package(name: str, kind: Kind, tools: list[str] | None = None) -> dic
     fields = names(name, kind, tools)
     for item in fields["components"]:
         item.update(kind.component_fields(fields, item))
-    train, val = kind.rows(fields)
-    fields["train_rows"], fields["val_rows"] = str(len(train)), str(len(val))
-    fields["example"] = fill(kind.example, fields)
     pkg = fields["package"]
+    data: dict[str, str] = {}
+    if kind.rows is not None:  # without rows the package has no data/ (pyproject.toml ships any file put there)
+        train, val = kind.rows(fields)
+        fields["train_rows"], fields["val_rows"] = str(len(train)), str(len(val))
+        data = {f"{pkg}/data/train.jsonl": jsonl(train), f"{pkg}/data/val.jsonl": jsonl(val)}
+    fields["example"] = fill(kind.example, fields)
     files = {
         "pyproject.toml": fill(PYPROJECT, fields),
-        "README.md": fill(README, fields),
+        "README.md": fill(kind.readme or README, fields),
         f"{pkg}/__init__.py": fill('"""$Title for agentr1 (the package of $dist)."""\n', fields),
         f"{pkg}/plugin.py": fill(PLUGIN, fields),
         f"{pkg}/configs/{name}.yaml": fill(kind.config, fields),
-        f"{pkg}/data/train.jsonl": jsonl(train),
-        f"{pkg}/data/val.jsonl": jsonl(val),
-        "tests/conftest.py": fill(CONFTEST, fields),
-        "tests/test_package.py": fill(PACKAGE_TESTS, fields),
+        **data,
+        "tests/conftest.py": fill(kind.conftest or CONFTEST, fields),
+        "tests/test_package.py": fill(kind.package_tests or PACKAGE_TESTS, fields),
     }
     for item in fields["components"]:
         own = {**fields, **item}
@@ -175,11 +189,11 @@ build-backend = "setuptools.build_meta"
 [project]
 name = "$dist"
 version = "0.1.0"
-description = "agentr1 plugin: $title, its run config and data"
+description = "agentr1 plugin: $title, its run config$and_data"
 readme = "README.md"
 requires-python = ">=3.10"
 license = "Apache-2.0"
-dependencies = ["agentr1-core>=$core_version"]
+dependencies = [$dependencies]
 
 [project.optional-dependencies]
 test = ["pytest>=8"]
