@@ -1,5 +1,5 @@
-"""``agentr1-core new-plugin NAME --kind tool|env|reward|flow [--tool TOOL ...]``: write an installable plugin package
-that trains.
+"""``agentr1-core new-plugin NAME --kind tool|env|reward|flow|sandbox [--tool TOOL ...]``: write an installable plugin
+package that trains.
 
 The package ``agentr1-NAME`` holds the component, ``plugin.py`` (its hook and the named configs), a named run config
 ``agentr1_NAME/configs/NAME.yaml`` that exercises the component (warm-start SFT on expert episodes, then GRPO, sized
@@ -10,12 +10,16 @@ in one marked ``EXAMPLE`` block per file, the part a user replaces. The shipped 
 they check from the run config. ``pip install ./agentr1-NAME`` makes the component and the config show in
 ``agentr1-core plugins`` and ``agentr1-core config list``; ``agentr1-core run NAME`` trains.
 
+A sandbox package ships no rows: its example is a sandbox on this machine in the shape of a remote sandbox's adapter,
+its config runs the terminal recipe of ``agentr1-env-terminal`` (a dependency of the package) in it, and its tests
+check it against the ``Sandbox`` interface with agentr1-core alone, training nothing.
+
 A tool package holds one tool named after the plugin, or the tools named by ``--tool`` (repeated): each its own class,
 module (``<tool>.py``; ``tool.py`` when there is one), registration and tests, all given to the model by the run
 config. Other kinds hold one component, named after the plugin.
 
-Each kind is a module of this package (``tool``, ``env``, ``reward``, ``flow``) that exports ``KIND``: its templates
-and the function that writes its rows; ``common`` has what every kind shares.
+Each kind is a module of this package (``tool``, ``env``, ``reward``, ``flow``, ``sandbox``) that exports ``KIND``: its
+templates and the function that writes its rows; ``common`` has what every kind shares.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from pathlib import Path
 
 from agentr1_core.scaffold.common import Kind, render_package
 
-KIND_MODULES = ("tool", "env", "reward", "flow")
+KIND_MODULES = ("tool", "env", "reward", "flow", "sandbox")
 
 
 def load_kind(kind: str) -> Kind:
@@ -76,7 +80,8 @@ def _cmd(args: argparse.Namespace) -> int:
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", help="plugin name, e.g. inventory (the distribution is agentr1-NAME)")
     parser.add_argument("--kind", choices=KIND_MODULES, default="tool",
-                        help="the component to write: a tool, an env, a reward function or an agent flow")
+                        help="the component to write: a tool, an env, a reward function, an agent flow or a "
+                             "sandbox (where an episode's commands run)")
     parser.add_argument("--tool", dest="tools", action="append", metavar="TOOL",
                         help="a tool of a tool package (repeat it for several: --tool forecast --tool alerts); "
                              "default one tool named after the plugin")
