@@ -1,10 +1,11 @@
-"""``agentr1-core new-plugin NAME --kind tool|env|reward|flow`` writes a package that speaks of its component by the
-given name, with the working example it trains in one marked block per file; whose wheel carries every file under
+"""``agentr1-core new-plugin NAME --kind tool|env|reward|flow|sandbox`` writes a package that speaks of its component
+by the given name, with the working example it trains in one marked block per file; whose wheel carries every file under
 ``data/``; that, installed from that wheel, shows in ``plugins`` (its component and its named config), whose named
 config uses the new component and reads the rows shipped in the package; and whose own tests, which read the row
 counts and caps they check from the run config, pass as written. ``--tool NAME`` (repeated) makes a tool package of
 several tools, each with its class, module, registration and tests, which installs and passes its tests the same
-way; bad tool names are refused in one line."""
+way; bad tool names are refused in one line. A sandbox package ships no rows: its config runs agentr1-env-terminal's
+terminal recipe in the sandbox, and its tests pass with that plugin blocked."""
 
 from __future__ import annotations
 
@@ -32,16 +33,19 @@ KINDS = {
     "env": ("env", lambda cfg: cfg["env"]["name"] == "weather_now" and cfg["reward"] is None, 15),
     "reward": ("reward", lambda cfg: cfg["reward"]["name"] == "weather_now", 18),
     "flow": ("agent_flow", lambda cfg: cfg["agent_flow"]["name"] == "weather_now", 10),
+    "sandbox": ("sandbox", lambda cfg: cfg["env"]["name"] == "terminal" and cfg["env"]["sandbox"]["name"] ==
+                "weather_now", 17),
 }
 TOOL_PACKAGE_TESTS, TESTS_A_TOOL = 5, 7  # tests/test_package.py; tests/test_<tool>.py
+PACKAGE_TESTS = {"sandbox": 3}  # tests/test_package.py of the kinds that ship no rows
+DATA_FILES = {"agentr1_weather_now/data/train.jsonl", "agentr1_weather_now/data/val.jsonl"}
 FILES = {"pyproject.toml", "README.md", "tests/conftest.py", "tests/test_package.py", "agentr1_weather_now/__init__.py",
-         "agentr1_weather_now/plugin.py", "agentr1_weather_now/configs/weather-now.yaml",
-         "agentr1_weather_now/data/train.jsonl", "agentr1_weather_now/data/val.jsonl"}
+         "agentr1_weather_now/plugin.py", "agentr1_weather_now/configs/weather-now.yaml"} | DATA_FILES
 # What the examples speak of (unit conversion, the guessing game, the calculator task, the graded answer, the flow's
-# rule on tool use): allowed only inside a file's marked example block.
+# rule on tool use, the sandbox's folder and limits): allowed only inside a file's marked example block.
 EXAMPLE_WORDS = re.compile(r"\bunits?\b|\bconver(?:t|sion)|furlong|\bmeters?\b|\bguess|\bhigher\b|\blower\b|binary|"
-                           r"calculator|arithmetic|graded|partial credit|tolerance|require_tool|\banswered\b",
-                           re.IGNORECASE)
+                           r"calculator|arithmetic|graded|partial credit|tolerance|require_tool|\banswered\b|"
+                           r"temporary folder|wall_seconds|output_bytes", re.IGNORECASE)
 EXAMPLE_MARKS = (("# EXAMPLE:", "# END EXAMPLE"), ("<!-- EXAMPLE:", "<!-- END EXAMPLE -->"))
 
 
@@ -80,7 +84,8 @@ def test_outside_examples_drops_each_marked_block_with_its_marks():
 def test_the_cli_offers_every_kind():
     assert set(KINDS) == set(KIND_MODULES)
     bad = cli("new-plugin", "x", "--kind", "widget", "--dir", "/nonexistent")
-    assert bad.returncode == 2 and "invalid choice" in bad.stderr and "flow" in bad.stderr
+    assert bad.returncode == 2 and "invalid choice" in bad.stderr and "flow" in bad.stderr and "sandbox" in bad.stderr
+    assert "a sandbox" in cli("new-plugin", "--help").stdout
 
 
 @pytest.mark.parametrize("kind", KIND_MODULES)
@@ -223,13 +228,18 @@ def pytest_in(tests: Path, env: dict[str, str], cwd: Path, *args: str) -> subpro
 TWO_TOOLS = ["forecast", "alerts"]
 
 
-@pytest.mark.parametrize("kind, tools", [("tool", []), ("tool", TWO_TOOLS), ("env", []), pytest.param(
-    "reward", [], marks=SLOW), pytest.param("flow", [], marks=SLOW)])
+@pytest.mark.parametrize("kind, tools", [("tool", []), ("tool", TWO_TOOLS), ("env", []), ("sandbox", []),
+                                         pytest.param("reward", [], marks=SLOW), pytest.param("flow", [], marks=SLOW)])
 def test_generated_plugin_installs_from_its_wheel_with_all_its_data_lists_and_passes_its_tests(tmp_path, kind,
                                                                                                 tools):
     """About 15 s a kind; reward and flow (both on the calculator task) are marked slow. ``tools``: a tool package
-    of several tools (``--tool forecast --tool alerts``), each with its module and tests."""
+    of several tools (``--tool forecast --tool alerts``), each with its module and tests. A sandbox package ships no
+    rows and depends on agentr1-env-terminal (its config's base, terminal-cpu, is that plugin's): the wheel is
+    installed without its dependencies, as every kind's here, and its tests run with that plugin blocked, since they
+    need agentr1-core alone."""
     component, uses, passing = KINDS[kind]
+    has_rows = load_kind(kind).rows is not None
+    package_tests = PACKAGE_TESTS.get(kind, TOOL_PACKAGE_TESTS)
     modules = tools or [kind]
     names = tools or ["weather_now"]
     if tools:  # the package's tests and each tool's own
@@ -240,22 +250,25 @@ def test_generated_plugin_installs_from_its_wheel_with_all_its_data_lists_and_pa
     assert made.returncode == 0, made.stderr
     root = tmp_path / "agentr1-weather-now"
     written = {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
-    assert written == FILES | {f"agentr1_weather_now/{m}.py" for m in modules} | {
+    assert written == (FILES if has_rows else FILES - DATA_FILES) | {f"agentr1_weather_now/{m}.py" for m in modules} | {
         f"tests/test_{m}.py" for m in modules}
-    rows = {split: [json.loads(line) for line in (root / "agentr1_weather_now" / "data" / f"{split}.jsonl").open()]
-            for split in ("train", "val")}
-    assert (len(rows["train"]), len(rows["val"])) == (200, 32)
-    assert all(r["expert_actions"] and "ground_truth" in r["reward_model"] for r in rows["train"] + rows["val"])
+    if has_rows:
+        rows = {split: [json.loads(line) for line in (root / "agentr1_weather_now" / "data" / f"{split}.jsonl").open()]
+                for split in ("train", "val")}
+        assert (len(rows["train"]), len(rows["val"])) == (200, 32)
+        assert all(r["expert_actions"] and "ground_truth" in r["reward_model"] for r in rows["train"] + rows["val"])
 
-    # a file the component would read, beside the rows and in a subfolder: package data as much as the rows
+    # a file the component would read, beside the rows and in a subfolder: package data as much as the rows (a
+    # package without rows ships the files a user puts in data/ the same way)
     data = root / "agentr1_weather_now" / "data"
+    data.mkdir(exist_ok=True)
     (data / "extra.csv").write_text("city,celsius\nOslo,-3\n", encoding="utf-8")
     (data / "tables").mkdir()
     (data / "tables" / "coast.csv").write_text("city,wind\nBergen,12\n", encoding="utf-8")
     wheel, site = build_and_install(root, tmp_path)
     shipped = set(zipfile.ZipFile(wheel).namelist())
-    for relative in ("data/train.jsonl", "data/val.jsonl", "data/extra.csv", "data/tables/coast.csv",
-                     "configs/weather-now.yaml"):
+    for relative in ("data/train.jsonl", "data/val.jsonl")[:2 if has_rows else 0] + (
+            "data/extra.csv", "data/tables/coast.csv", "configs/weather-now.yaml"):
         assert f"agentr1_weather_now/{relative}" in shipped, (relative, sorted(shipped))
     shutil.rmtree(root / "agentr1_weather_now")  # from here on only the installed wheel can be imported
     env = installed_env(site)
@@ -268,19 +281,37 @@ def test_generated_plugin_installs_from_its_wheel_with_all_its_data_lists_and_pa
                                         "city,wind", "Bergen,12"]
 
     listed = cli("plugins", "--json", env=env)
-    plugin = {p["plugin"]: p for p in json.loads(listed.stdout)["plugins"]}["weather_now"]
+    installed = {p["plugin"]: p for p in json.loads(listed.stdout)["plugins"]}
+    plugin = installed["weather_now"]
     assert plugin["distribution"] == "agentr1-weather-now" and plugin["status"] == "ok"
     assert plugin["components"] == {component: sorted(names), "config": ["weather-now"]}
     configs = cli("config", "list", "--json", env=env, cwd=tmp_path)
     shipped_config = {r["name"]: r for r in json.loads(configs.stdout)}["weather-now"]
     assert shipped_config["distribution"] == "agentr1-weather-now" and str(site) in shipped_config["path"]
-    shown = cli("config", "show", "weather-now", env=env, cwd=tmp_path)
-    assert shown.returncode == 0, shown.stderr
-    cfg = yaml.safe_load(shown.stdout)
-    assert cfg["run_dir"] == "runs/weather-now" and cfg["stages"] == ["sft", "rl"] and uses(cfg)
-    for split in ("train", "val"):
-        assert cfg["data"][split] == {"name": "jsonl",
-                                      "path": str(site / "agentr1_weather_now" / "data" / f"{split}.jsonl")}
+    if has_rows:
+        shown = cli("config", "show", "weather-now", env=env, cwd=tmp_path)
+        assert shown.returncode == 0, shown.stderr
+        cfg = yaml.safe_load(shown.stdout)
+        assert cfg["run_dir"] == "runs/weather-now" and cfg["stages"] == ["sft", "rl"] and uses(cfg)
+        for split in ("train", "val"):
+            assert cfg["data"][split] == {"name": "jsonl",
+                                          "path": str(site / "agentr1_weather_now" / "data" / f"{split}.jsonl")}
+    else:  # the config's base is agentr1-env-terminal's: without that plugin the config says what is missing
+        env = dict(env, AGENTR1_PLUGINS_BLOCK="terminal")
+        shown = cli("config", "show", "weather-now", env=env, cwd=tmp_path)
+        assert shown.returncode == 2 and "config file 'terminal-cpu' not found" in shown.stderr, shown.stderr
+        assert len(shown.stderr.strip().splitlines()) == 1, shown.stderr
+        if "terminal" in installed:  # with it, the config is its terminal recipe in this sandbox (merged as a run
+            # merges it; `config show` would also check the terminal plugin's own code, not this package's)
+            merged = subprocess.run([sys.executable, "-c", "import json; from omegaconf import OmegaConf; "
+                                     "from agentr1_core.config import load_config; cfg = load_config('weather-now'); "
+                                     "print(json.dumps(OmegaConf.to_container(cfg, resolve=False)))"],
+                                    capture_output=True, text=True, env=installed_env(site), cwd=tmp_path,
+                                    timeout=120)
+            assert merged.returncode == 0, merged.stderr
+            cfg = json.loads(merged.stdout)
+            assert cfg["run_dir"] == "runs/weather-now" and cfg["stages"] == ["sft", "rl"] and uses(cfg)
+            assert cfg["env"]["sandbox"] == {"name": "weather_now", "wall_seconds": 120, "output_bytes": 65536}
 
     tests = pytest_in(root / "tests", env, tmp_path, "-rA")
     assert tests.returncode == 0, tests.stdout + tests.stderr
@@ -288,7 +319,7 @@ def test_generated_plugin_installs_from_its_wheel_with_all_its_data_lists_and_pa
     for module in modules:  # each component's own tests ran and passed
         ran = [line for line in tests.stdout.splitlines() if line.startswith("PASSED ") and
                f"/tests/test_{module}.py::" in line]
-        assert len(ran) == (TESTS_A_TOOL if kind == "tool" else passing - TOOL_PACKAGE_TESTS), tests.stdout
+        assert len(ran) == (TESTS_A_TOOL if kind == "tool" else passing - package_tests), tests.stdout
 
 
 def test_the_generated_tests_check_the_rows_against_the_generated_config(tmp_path):
