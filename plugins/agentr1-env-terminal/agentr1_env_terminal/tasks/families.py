@@ -25,6 +25,9 @@ NAMES = ("alice", "bruno", "carla", "dmitri", "elena", "farid", "greta", "hiro",
          "maya", "nadia", "oscar", "priya", "quinn", "rosa", "samir", "tomas", "ursula", "victor", "wanda", "xavier",
          "yara", "zane", "amara", "boris", "chloe", "diego", "esme", "felix", "gita", "hugo", "ivan", "julia")
 LEVELS = ("INFO", "WARN", "ERROR", "DEBUG")
+REGIONS = ("north", "south", "east", "west", "central")
+CITIES = ("paris", "lima", "oslo", "cairo", "tokyo", "quito", "dublin", "austin", "perth", "porto")
+TEAMS = ("sales", "support", "design", "research", "finance", "legal")
 
 
 @dataclass(frozen=True)
@@ -149,15 +152,15 @@ def grep(rng: random.Random) -> Instance:
 
 
 def csv_sum(rng: random.Random) -> Instance:
-    name, text_cols, num_cols = rng.choice((
-        ("sales.csv", ("region", "product"), ("amount", "units")),
-        ("orders.csv", ("city", "item"), ("quantity", "price")),
-        ("expenses.csv", ("team", "category"), ("cost", "hours")),
-        ("scores.csv", ("player", "level"), ("points", "bonus"))))
+    name, text_cols, num_cols, group_pool = rng.choice((
+        ("sales.csv", ("region", "product"), ("amount", "units"), REGIONS),
+        ("orders.csv", ("city", "item"), ("quantity", "price"), CITIES),
+        ("expenses.csv", ("team", "category"), ("cost", "hours"), TEAMS),
+        ("scores.csv", ("player", "level"), ("points", "bonus"), NAMES)))
     columns = [text_cols[0], rng.choice(text_cols[1:] + num_cols[1:]), num_cols[0]]
     order = rng.sample(range(3), 3)
     header = [columns[i] for i in order]
-    groups = rng.sample(NAMES if columns[0] in ("player", "team") else WORDS, 3)
+    groups = rng.sample(group_pool, 3)
     rows = []
     for _ in range(rng.randint(4, 14)):
         values = {columns[0]: rng.choice(groups), columns[2]: rng.randint(1, 500)}
@@ -203,7 +206,7 @@ def rename(rng: random.Random) -> Instance:
              "for path, text in kept.items():\n"
              "    if not Path(path).is_file() or Path(path).read_text() != text:\n"
              "        fail(f'{path} should not change')\n")
-    instruction = f"Rename every .{old} file in {where} to end in .{new} instead (notes.{old} becomes notes.{new}); " \
+    instruction = f"Rename every .{old} file in {where} to end in .{new} instead (report.{old} becomes report.{new}); " \
                   "leave the other files alone."
     command = f'for f in {folder}*.{old}; do mv "$f" "${{f%.{old}}}.{new}"; done'
     return Instance("rename", {**moved, **kept}, instruction, (command,), check)
