@@ -150,6 +150,7 @@ class LocalSandbox(Sandbox):
         self._runner = ProcessRunner(self.limits, exit_status_is_signal=self.reports_signals_as_status)
 
     reports_signals_as_status = False
+    tmp_is_rebuilt = True  # a command's private /tmp rebuilds the way down to a folder under it
 
     @classmethod
     def check(cls) -> Availability:
@@ -175,7 +176,7 @@ class LocalSandbox(Sandbox):
 
     def _check_reachable(self, folder: Path) -> None:
         """The sandbox's uid must be able to walk down to its folder (unless a private /tmp rebuilds the way)."""
-        if probe()["mntns"] is True and any(str(folder).startswith(t + "/") for t in SHARED_TMP):
+        if self.tmp_is_rebuilt and probe()["mntns"] is True and any(str(folder).startswith(t + "/") for t in SHARED_TMP):
             return
         for parent in folder.parents:
             if not parent.stat().st_mode & stat.S_IXOTH:
