@@ -176,7 +176,8 @@ class LocalSandbox(Sandbox):
 
     def _check_reachable(self, folder: Path) -> None:
         """The sandbox's uid must be able to walk down to its folder (unless a private /tmp rebuilds the way)."""
-        if self.tmp_is_rebuilt and probe()["mntns"] is True and any(str(folder).startswith(t + "/") for t in SHARED_TMP):
+        under_tmp = any(str(folder).startswith(t + "/") for t in SHARED_TMP)
+        if self.tmp_is_rebuilt and under_tmp and probe()["mntns"] is True:
             return
         for parent in folder.parents:
             if not parent.stat().st_mode & stat.S_IXOTH:

@@ -278,19 +278,22 @@ def map_user(uid: int, gid: int) -> None:
 
 
 def pids_of_uid(uid: int) -> list[int]:
-    """The processes whose real uid is ``uid`` (from /proc)."""
+    """The live processes whose real uid is ``uid`` (from /proc; zombies, dead already, are left out)."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/status") as f:
+                state = ""
                 for line in f:
-                    if line.startswith("Uid:"):
-                        if int(line.split()[1]) == uid:
+                    if line.startswith("State:"):
+                        state = line.split()[1]
+                    elif line.startswith("Uid:"):
+                        if int(line.split()[1]) == uid and state != "Z":
                             found.append(int(entry))
                         break
-        except (OSError, ValueError):
+        except (OSError, ValueError, IndexError):
             continue
     return found
 
