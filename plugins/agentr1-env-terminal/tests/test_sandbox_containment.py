@@ -6,8 +6,10 @@ sandboxes built through the registry's entry points."""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 import uuid
@@ -51,6 +53,13 @@ def test_background_process_does_not_outlive_the_command(make_sandbox):
     assert result.stdout == "started\n" and result.exit_code == 0
     assert result.seconds < 3
     assert gone("sleep 300.5")
+
+
+def test_many_quick_commands_do_not_use_up_the_process_limit(make_sandbox):
+    box = make_sandbox(processes=8)  # what a command leaves (zombies included) would count against the next ones
+    results = [box.run("sleep 30.625 & true" if i % 2 else "true") for i in range(24)]
+    assert [r.exit_code for r in results] == [0] * 24, [r.describe() for r in results if r.exit_code != 0][:1]
+    assert gone("sleep 30.625")
 
 
 def test_close_kills_what_escaped_its_group(make_sandbox):
@@ -226,3 +235,20 @@ def test_check_lines_say_what_is_in_force(sandbox_cls):
     assert availability.ok and "\n" not in availability.isolation
     if os.geteuid() == 0:
         assert "own unprivileged uid per sandbox" in availability.isolation
+
+
+def test_bwrap_refusals_are_one_line(monkeypatch):
+    from agentr1_env_terminal.sandboxes.bwrap import NOT_INSTALLED, BwrapSandbox
+    empty = tempfile.mkdtemp(prefix="agentr1-nobwrap-")
+    try:
+        monkeypatch.setenv("PATH", empty)
+        assert BwrapSandbox.check().ok is False and BwrapSandbox.check().isolation == NOT_INSTALLED
+        fake = Path(empty) / "bwrap"  # on PATH, but cannot make a sandbox: its own last line is the reason
+        fake.write_text("#!/bin/sh\necho 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n")
+        os.chmod(empty, 0o755)
+        fake.chmod(0o755)
+        availability = BwrapSandbox.check()
+        assert availability == type(availability)(
+            False, "bwrap cannot make a sandbox here: bwrap: setting up uid map: Permission denied")
+    finally:
+        shutil.rmtree(empty)

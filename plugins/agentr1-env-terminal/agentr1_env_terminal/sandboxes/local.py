@@ -147,7 +147,7 @@ class LocalSandbox(Sandbox):
         self._dir: Path | None = None
         self._lock = threading.Lock()
         self._closed = False
-        self._runner = ProcessRunner(self.limits, exit_status_is_signal=self.reports_signals_as_status)
+        self._runner = ProcessRunner(self.limits, exit_status_is_signal=self.reports_signals_as_status, reaper=True)
 
     reports_signals_as_status = False
     tmp_is_rebuilt = True  # a command's private /tmp rebuilds the way down to a folder under it

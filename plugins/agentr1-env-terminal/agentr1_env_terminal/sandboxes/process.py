@@ -4,10 +4,12 @@
 ``ProcessRunner.run`` starts one argv in a new session with those rlimits (``RLIMIT_CORE`` 0 as well), a stripped
 environment and an optional ``setup`` callable that runs in the child before ``exec`` (namespaces, uid drop: the
 sandbox's business). It drains stdout and stderr as they come (each kept up to ``output_bytes``, the rest read and
-dropped, the group killed once a stream passes ``kill_output_bytes``), SIGKILLs the whole process group at the wall
-limit and again as soon as the command ends, so that nothing it left in its group survives, and says why a process
-was killed. A process that left its group (``setsid``) is out of reach here: the sandboxes kill those by uid
-(``kill_uid``) or by pid namespace.
+dropped, the command killed once a stream passes ``kill_output_bytes``) and says why a process was killed. The
+command's process group is SIGKILLed at the wall limit and as soon as the command ends, so that nothing it left in
+its group survives. With ``reaper=True`` a small subreaper (``fork_reaper``, a fork of the child) sits between the
+runner and the command, does that killing and reaps what the command left behind, which otherwise stays a zombie
+of the host's init, counted against the process limit. A process that left its group (``setsid``) is out of reach
+here: the sandboxes kill those by uid (``kill_uid``) or by pid namespace.
 
 It does not isolate anything by itself: no namespaces, no uid change (see ``local.py``, ``bwrap.py``).
 """
@@ -84,9 +86,10 @@ class ProcessRunner:
     """Runs commands under ``limits``; thread-safe. ``kill_all`` kills the groups of the commands still running.
     ``exit_status_is_signal``: the started program reports a signal as 128+N (``bwrap``), read it back as one."""
 
-    def __init__(self, limits: Limits, exit_status_is_signal: bool = False):
+    def __init__(self, limits: Limits, exit_status_is_signal: bool = False, reaper: bool = False):
         self.limits = limits
         self.exit_status_is_signal = exit_status_is_signal
+        self.reaper = reaper
         self._lock = threading.Lock()
         self._groups: set[int] = set()
 
@@ -94,7 +97,18 @@ class ProcessRunner:
         with self._lock:
             groups = list(self._groups)
         for pgid in groups:
-            _killpg(pgid)
+            self._stop(pgid)
+
+    def _stop(self, pid: int) -> None:
+        """Kill the command started as ``pid``: through its reaper (SIGTERM: it kills the command's group and
+        reaps), else its group."""
+        if self.reaper:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        else:
+            _killpg(pid)
 
     def run(self, argv: Sequence[str], *, cwd: str, env: Mapping[str, str], stdin: str | None = None,
             timeout: float | None = None, setup: Callable[[], None] | None = None) -> CommandResult:
@@ -107,6 +121,8 @@ class ProcessRunner:
                 setup()
             else:
                 limits.apply()
+            if self.reaper:
+                fork_reaper()
 
         proc = subprocess.Popen(list(argv), cwd=cwd, env=dict(env), stdin=subprocess.PIPE if stdin else
                                 subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -139,17 +155,23 @@ class ProcessRunner:
         status = None
         rusage = None
         drain_until = None
+        hard_deadline: float | None = None
         try:
             while True:
                 now = time.monotonic()
                 if status is None and now >= deadline and killed is None:
                     killed = "wall_time"
-                    _killpg(pid)
+                    self._stop(pid)
+                    hard_deadline = now + 2
+                if status is None and hard_deadline is not None and now >= hard_deadline:
+                    _killpg(pid)  # the reaper did not answer
+                    hard_deadline = None
                 if drain_until is not None and now >= drain_until:
                     break
                 if drain_until is not None and len(sel.get_map()) == 0:
                     break
-                wait_for = (drain_until if drain_until is not None else deadline if killed is None else now + 1)
+                wait_for = (drain_until if drain_until is not None else deadline if killed is None else
+                            hard_deadline if hard_deadline is not None else now + 1)
                 for key, _ in sel.select(max(0.0, wait_for - now)):
                     if key.fd not in sel.get_map():  # unregistered earlier in this batch
                         continue
@@ -188,7 +210,8 @@ class ProcessRunner:
                         seen[what] += len(chunk)
                         if seen[what] > limits.kill_output_bytes and killed is None and status is None:
                             killed = "output_limit"
-                            _killpg(pid)
+                            self._stop(pid)
+                            hard_deadline = time.monotonic() + 2
         finally:
             sel.close()
             os.close(pidfd)
@@ -259,6 +282,75 @@ def private_tmp(keep: Sequence[str]) -> None:
             os.makedirs(k, exist_ok=True)
             mount(f"/proc/self/fd/{fd}", k, None, MS_BIND | MS_REC)
             os.close(fd)
+
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def fork_reaper() -> None:
+    """In the child, last thing before exec: fork. The new process puts itself in a process group of its own and
+    returns (to exec the command); this one stays behind as a subreaper: it waits for the command, kills the
+    command's group when the command ends or on SIGTERM (the runner's wall-time kill), reaps every process left to
+    it and exits as the command did. Without it, what a command leaves behind (a killed background job, bwrap's
+    pid 1 that outlives bwrap by a moment) becomes a zombie of the host's init, counted by ``RLIMIT_NPROC`` until
+    init reaps it, which some container inits never do."""
+    if _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        return  # no reaper: the runner kills the group itself
+    group: list[int] = []  # the command's, once forked; a SIGTERM before that waits for it (see below)
+    stopped: list[bool] = []
+
+    def stop(*_) -> None:
+        stopped.append(True)
+        for pgid in group:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except OSError:
+                pass
+
+    signal.signal(signal.SIGTERM, stop)  # before the fork: a kill at once is not lost (exec resets it in the child)
+    child = os.fork()
+    if child == 0:
+        os.setpgid(0, 0)
+        return
+    try:
+        os.setpgid(child, child)  # also here, so that a kill right away finds the group
+    except OSError:
+        pass  # it did so itself and has exec'd already
+    group.append(child)
+    os.closerange(0, 65536)  # the pipes too (the error pipe first): this process never reports to the runner
+    try:
+        if stopped:
+            stop()
+        _reap(child, stop)
+    finally:
+        os._exit(255)
+
+
+def _reap(child: int, stop: Callable[[], None]) -> None:
+    """The reaper's loop: wait for ``child``, kill its group, reap everything, exit as ``child`` did."""
+    while True:
+        try:
+            os.waitid(os.P_PID, child, os.WEXITED | os.WNOWAIT)  # ended; not reaped, so its pgid stays its own
+            break
+        except InterruptedError:
+            continue
+    stop()
+    status = 0
+    while True:
+        try:
+            done, st = os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+        if done == child:
+            status = st
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if os.WIFSIGNALED(status):
+        signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+        os.kill(os.getpid(), os.WTERMSIG(status))
+        os._exit(128 + os.WTERMSIG(status))
+    os._exit(os.WEXITSTATUS(status))
 
 
 def drop_to(uid: int, gid: int) -> None:
