@@ -62,8 +62,11 @@ def test_many_quick_commands_do_not_use_up_the_process_limit(make_sandbox):
     assert gone("sleep 30.625")
 
 
-def test_close_kills_what_escaped_its_group(make_sandbox):
+def test_close_kills_what_escaped_its_group(make_sandbox, sandbox_cls):
     box = make_sandbox()
+    if box.uid is None and sandbox_cls.name == "local":
+        pytest.skip("not root here: local has no uid of its own to find an escaped process by (bwrap's pid "
+                    "namespace still ends it)")
     box.run("setsid sleep 300.75 >/dev/null 2>&1 < /dev/null &")
     box.close()
     assert gone("sleep 300.75")

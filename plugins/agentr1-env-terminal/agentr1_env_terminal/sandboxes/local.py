@@ -84,8 +84,9 @@ def probe() -> dict[str, object]:
                         out.append(f"{what}={exc.strerror or exc}")
             else:  # one user namespace gives both, or neither
                 try:
+                    uid, gid = os.getuid(), os.getgid()
                     unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWNS)
-                    map_user(os.getuid(), os.getgid())
+                    map_user(uid, gid)
                     private_tmp([])
                     out += ["netns=ok", "mntns=ok"]
                 except OSError as exc:
@@ -260,7 +261,7 @@ class LocalSandbox(Sandbox):
             kill_uid(self.uid, self.gid)
             release_uid(self.uid)
         if self._dir is not None:
-            shutil.rmtree(self._dir, onerror=_force_remove)
+            remove_tree(self._dir)
 
     def __enter__(self):
         self.start()
@@ -270,11 +271,21 @@ class LocalSandbox(Sandbox):
         self.close()
 
 
-def _force_remove(func, path, exc_info) -> None:
-    """rmtree's fallback for what a command made unreadable (chmod 000): open it up and try again."""
+def remove_tree(folder: Path) -> None:
+    """Remove ``folder``; where a command made a folder of it unreadable (``chmod 000``, which binds the owner but
+    not root), give its folders back their owner's rights, never through a symlink, and try again."""
     try:
-        os.chmod(os.path.dirname(path), 0o700)
-        os.chmod(path, 0o700)
-        func(path)
+        shutil.rmtree(folder)
+        return
     except OSError:
         pass
+    os.chmod(folder, 0o700)
+    for dirpath, dirnames, _ in os.walk(folder):
+        for name in dirnames:
+            path = os.path.join(dirpath, name)
+            if not os.path.islink(path):
+                try:
+                    os.chmod(path, 0o700)
+                except OSError:
+                    pass
+    shutil.rmtree(folder, ignore_errors=True)

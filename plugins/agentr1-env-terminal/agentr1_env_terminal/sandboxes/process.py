@@ -360,7 +360,8 @@ def drop_to(uid: int, gid: int) -> None:
 
 
 def map_user(uid: int, gid: int) -> None:
-    """After ``unshare(CLONE_NEWUSER)`` as a non-root user: be the same uid/gid inside."""
+    """After ``unshare(CLONE_NEWUSER)`` as a non-root user: be the same uid/gid inside. ``uid``/``gid`` are the
+    ones from before the unshare (after it, ``getuid()`` says the overflow uid until the map is written)."""
     with open("/proc/self/setgroups", "w") as f:
         f.write("deny")
     with open("/proc/self/uid_map", "w") as f:
