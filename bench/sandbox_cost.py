@@ -1,8 +1,9 @@
 """What one command costs in each host sandbox (``local``, ``bwrap``): milliseconds per ``run()`` of ``true`` and of
 ``python3 -c pass`` (median and p90 over ``--runs`` runs, after a few warm-up runs), against a plain
-``subprocess.run`` of the same command as the floor (all with PATH the system's, so the same ``python3``). One sandbox per kind, started once: the numbers are the cost
-per command, not per episode. A table and ``<results>/sandbox_cost.json``, with the machine (CPU model, vector
-extensions, cores) and the isolation line each sandbox's ``check()`` gives.
+``subprocess.run`` of the same command as the floor (all with the system's PATH, so the same ``python3``). One
+sandbox per kind, started once: the numbers are the cost per command, not per episode. A table and
+``<results>/sandbox_cost.json``, with the machine (CPU model, vector extensions, cores) and the isolation line each
+sandbox's ``check()`` gives.
 
 It times nothing else (no start/close, no concurrency) and asserts nothing.
 """
