@@ -1,5 +1,6 @@
 """Shared fixtures of the sandbox tests: every sandbox this machine can run (skipped with check()'s own line where
-it cannot), a factory that starts one with given limits and closes it afterwards, and a /proc scan."""
+it cannot), a factory that starts one with given limits and closes it afterwards, and a /proc scan (``gone``).
+Fixtures, not imports: the suite runs with ``--import-mode=importlib``, where test folders are not on sys.path."""
 
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ def pids_running(text: str) -> list[int]:
     return found
 
 
-def gone(text: str, within: float = 1.0) -> bool:
+def _gone(text: str, within: float = 1.0) -> bool:
     """Whether no process runs ``text`` by ``within`` seconds from now (a dying pid namespace takes a few ms)."""
     import time
 
@@ -64,3 +65,9 @@ def gone(text: str, within: float = 1.0) -> bool:
             return False
         time.sleep(0.02)
     return True
+
+
+@pytest.fixture
+def gone():
+    """``gone(text, within=1.0)``: whether no process runs ``text`` by ``within`` seconds from now."""
+    return _gone

@@ -12,7 +12,6 @@ import sys
 import pytest
 
 from agentr1_env_terminal.sandboxes.docker import NOT_INSTALLED, DockerSandbox
-from conftest import gone
 
 FAKE = f"""#!{sys.executable}
 import json, os, sys
@@ -90,7 +89,7 @@ def test_fake_docker_check_start_run_close(fake_docker, tmp_path):
     assert not folder.exists()
 
 
-def test_fake_docker_wall_limit_and_background_jobs(fake_docker, tmp_path):
+def test_fake_docker_wall_limit_and_background_jobs(fake_docker, tmp_path, gone):
     box = DockerSandbox(wall_seconds=1, root=str(tmp_path))
     box.start()
     try:

@@ -20,7 +20,6 @@ import pytest
 
 from agentr1_core.sandbox import SandboxUnavailable, build_sandbox
 from agentr1_env_terminal.sandboxes.process import pids_of_uid
-from conftest import gone
 
 
 def test_crash_is_reported_and_the_sandbox_goes_on(make_sandbox):
@@ -30,7 +29,7 @@ def test_crash_is_reported_and_the_sandbox_goes_on(make_sandbox):
     assert box.run("echo alive").stdout == "alive\n"
 
 
-def test_wall_limit_kills_the_command(make_sandbox):
+def test_wall_limit_kills_the_command(make_sandbox, gone):
     box = make_sandbox(wall_seconds=1)
     result = box.run("sleep 60.25")
     assert result.killed == "wall_time" and result.exit_code is None
@@ -47,7 +46,7 @@ def test_cpu_limit_kills_a_busy_loop(make_sandbox):
     assert result.seconds < 7
 
 
-def test_background_process_does_not_outlive_the_command(make_sandbox):
+def test_background_process_does_not_outlive_the_command(make_sandbox, gone):
     box = make_sandbox()
     result = box.run("sleep 300.5 & echo started")
     assert result.stdout == "started\n" and result.exit_code == 0
@@ -55,14 +54,14 @@ def test_background_process_does_not_outlive_the_command(make_sandbox):
     assert gone("sleep 300.5")
 
 
-def test_many_quick_commands_do_not_use_up_the_process_limit(make_sandbox):
+def test_many_quick_commands_do_not_use_up_the_process_limit(make_sandbox, gone):
     box = make_sandbox(processes=8)  # what a command leaves (zombies included) would count against the next ones
     results = [box.run("sleep 30.625 & true" if i % 2 else "true") for i in range(24)]
     assert [r.exit_code for r in results] == [0] * 24, [r.describe() for r in results if r.exit_code != 0][:1]
     assert gone("sleep 30.625")
 
 
-def test_close_kills_what_escaped_its_group(make_sandbox, sandbox_cls):
+def test_close_kills_what_escaped_its_group(make_sandbox, sandbox_cls, gone):
     box = make_sandbox()
     if box.uid is None and sandbox_cls.name == "local":
         pytest.skip("not root here: local has no uid of its own to find an escaped process by (bwrap's pid "
@@ -80,7 +79,7 @@ def test_huge_output_is_capped_quickly(make_sandbox):
     assert result.seconds < 5
 
 
-def test_fork_bomb_is_contained(make_sandbox):
+def test_fork_bomb_is_contained(make_sandbox, gone):
     box = make_sandbox(processes=16, wall_seconds=3)
     if box.uid is None:
         pytest.skip("not root here: the process limit counts the caller's own processes, no uid of its own")
