@@ -1,71 +1,80 @@
-"""Fixtures of the terminal plugin's tests: ``FolderSandbox``, a minimal sandbox (a temporary folder per episode with
-``app``, ``tests`` and ``logs`` in it, commands run by ``bash -c`` there, no isolation), enough to run a task's
-tests exactly as the env does. Its commands find ``python3`` in the folder of the real interpreter first: a pyenv
-shim on ``PATH`` (a bash script) costs ~0.1 s a call, several minutes over the generated tasks."""
+"""Shared fixtures of the plugin's tests: every sandbox this machine can run (skipped with check()'s own line where
+it cannot), a factory that starts one with given limits and closes it afterwards, a /proc scan (``gone``), and
+``sandbox_factory``: the ``local`` sandbox, in which the task tests run the generated tasks as the env does.
+Fixtures, not imports: the suite runs with ``--import-mode=importlib``, where test folders are not on sys.path."""
 
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-import sys
-import tempfile
-import time
-from pathlib import Path
 
 import pytest
 
-from agentr1_core.sandbox import CommandResult, Sandbox
+from agentr1_env_terminal.sandboxes.bwrap import BwrapSandbox
+from agentr1_env_terminal.sandboxes.local import LocalSandbox
+
+HOST_SANDBOXES = {"local": LocalSandbox, "bwrap": BwrapSandbox}
 
 
-def _python_bin() -> str:
-    """The folder of the interpreter ``python3`` on PATH runs (resolved through shims), else this one's."""
-    found = shutil.which("python3")
-    if found:
-        proc = subprocess.run([found, "-c", "import sys; print(sys.executable)"], capture_output=True, text=True)
-        if proc.returncode == 0 and proc.stdout.strip():
-            return str(Path(proc.stdout.strip()).parent)
-    return str(Path(sys.executable).parent)
+@pytest.fixture(params=sorted(HOST_SANDBOXES))
+def sandbox_cls(request):
+    cls = HOST_SANDBOXES[request.param]
+    availability = cls.check()
+    if not availability.ok:
+        pytest.skip(f"{request.param} sandbox cannot run here: {availability.isolation}")
+    return cls
 
 
-PATH = os.pathsep.join([_python_bin(), os.environ.get("PATH", "")])
+@pytest.fixture
+def make_sandbox(sandbox_cls):
+    """``make_sandbox(**limits)``: a started sandbox of the parametrized kind, closed at the end of the test."""
+    made = []
+
+    def make(**params):
+        box = sandbox_cls(**params)
+        box.start()
+        made.append(box)
+        return box
+
+    yield make
+    for box in made:
+        box.close()
 
 
-class FolderSandbox(Sandbox):
-    name = "folder"
-
-    def __init__(self) -> None:
-        self.root: Path | None = None
-
-    def start(self) -> None:
-        self.root = Path(tempfile.mkdtemp(prefix="agentr1-test-sandbox-"))
-
-    def host_path(self, name: str = "app") -> Path:
-        assert self.root is not None, "start() first"
-        path = self.root / name
-        path.mkdir(exist_ok=True)
-        return path
-
-    def path(self, name: str = "app") -> str:
-        return str(self.host_path(name))
-
-    def run(self, command, *, timeout=None, stdin=None, env=None) -> CommandResult:
-        argv = ["bash", "-c", command] if isinstance(command, str) else list(command)
-        start = time.monotonic()
+def pids_running(text: str) -> list[int]:
+    """The processes whose command line contains ``text`` (zombies, with an empty command line, do not count)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
         try:
-            proc = subprocess.run(argv, cwd=self.host_path("app"), input=stdin, capture_output=True, text=True,
-                                  timeout=timeout or 60, env={**os.environ, "PATH": PATH, **(env or {})})
-        except subprocess.TimeoutExpired as exc:
-            return CommandResult(None, str(exc.stdout or ""), str(exc.stderr or ""), killed="wall_time",
-                                 seconds=time.monotonic() - start)
-        return CommandResult(proc.returncode, proc.stdout, proc.stderr, seconds=time.monotonic() - start)
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline:
+            found.append(int(entry))
+    return found
 
-    def close(self) -> None:
-        if self.root is not None:
-            shutil.rmtree(self.root, ignore_errors=True)
-            self.root = None
+
+def _gone(text: str, within: float = 1.0) -> bool:
+    """Whether no process runs ``text`` by ``within`` seconds from now (a dying pid namespace takes a few ms)."""
+    import time
+
+    deadline = time.monotonic() + within
+    while pids_running(text):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+@pytest.fixture
+def gone():
+    """``gone(text, within=1.0)``: whether no process runs ``text`` by ``within`` seconds from now."""
+    return _gone
 
 
 @pytest.fixture
 def sandbox_factory():
-    return FolderSandbox
+    """What the task checks start one sandbox per task with: the real ``local`` sandbox."""
+    return LocalSandbox

@@ -1,0 +1,1 @@
+"""The sandboxes: ``local`` (a host folder under limits), ``bwrap`` (bubblewrap), ``docker`` (a container)."""
