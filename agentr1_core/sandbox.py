@@ -25,6 +25,8 @@ This module defines the interface only; the sandboxes themselves live in plugins
 
 from __future__ import annotations
 
+import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Mapping
@@ -106,6 +108,32 @@ class Sandbox:
 
     def close(self) -> None:
         """Kill what is still running and remove the folder; safe to call twice."""
+
+    def copy_in(self, source: Path, name: str = "app") -> Path:
+        """Copy the files under ``source`` into the folder ``name`` (modes kept), owned like that folder, so that a
+        sandbox that runs commands as a user of its own gets files that user can change. Returns the host folder."""
+        dest = self.host_path(name)
+        shutil.copytree(source, dest, dirs_exist_ok=True, symlinks=True)
+        owned_like(dest, dest)
+        return dest
+
+    def make_dir(self, name: str, *parts: str) -> Path:
+        """The host path of ``parts`` inside the folder ``name``, made (owned like that folder) if missing."""
+        base = self.host_path(name)
+        path = base.joinpath(*parts)
+        path.mkdir(parents=True, exist_ok=True)
+        owned_like(path, base)
+        return path
+
+
+def owned_like(path: Path, folder: Path) -> None:
+    """Give ``path`` and everything under it the owner of ``folder`` (only root can, and only needs to when the
+    folder is not root's)."""
+    owner = folder.stat()
+    if os.geteuid() != 0 or (owner.st_uid, owner.st_gid) == (0, 0):
+        return
+    for item in [path, *path.rglob("*")] if path.is_dir() else [path]:
+        os.lchown(item, owner.st_uid, owner.st_gid)
 
 
 def build_sandbox(spec: Any, where: str = "env.sandbox") -> Sandbox:

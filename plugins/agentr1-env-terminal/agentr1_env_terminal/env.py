@@ -18,17 +18,14 @@ The expert for the SFT warm start replays the task's ``solution/solve.sh`` as ``
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
 import time
-from pathlib import Path
 from typing import Any
 
 from agentr1_core.envs import ToolEnv
 from agentr1_core.mdp import Action, Observation, StepResult
 from agentr1_core.sandbox import Sandbox, build_sandbox
 
-from agentr1_env_terminal.harbor import HarborTask, read_task, run_tests, solution_commands
+from agentr1_env_terminal.harbor import HarborTask, copy_environment, read_task, run_tests, solution_commands
 
 SYSTEM_PROMPT = ("You work in a Linux shell, in the task's folder. Run commands with the tools to do the task. "
                  "When it is done, reply with a short final message and no tool call.")
@@ -58,7 +55,7 @@ class TerminalEnv(ToolEnv):
     # -- expert -----------------------------------------------------------------------------------------------------
     def load_expert(self, row: dict[str, Any]) -> None:
         super().load_expert(row)
-        if self._expert_actions is None and self.task is not None and self.task.solution_path is not None:
+        if self._expert_actions is None and self.task is not None and self.task.solution_script is not None:
             calls = [self.format.format_call("bash", {"command": c}) for c in solution_commands(self.task)]
             self._expert_actions = calls + [DONE] if calls else None
 
@@ -66,8 +63,8 @@ class TerminalEnv(ToolEnv):
     def _start_box(self) -> Sandbox:
         box = build_sandbox(self.sandbox_config)
         box.start()
-        if self.task is not None and self.task.env_files_dir is not None:
-            copy_into(box, self.task.env_files_dir, "app")
+        if self.task is not None:
+            copy_environment(self.task, box)
         return box
 
     async def reset(self, row: dict[str, Any]) -> Observation:
@@ -104,14 +101,3 @@ class TerminalEnv(ToolEnv):
         if box is not None:
             await asyncio.to_thread(box.close)
 
-
-def copy_into(box: Sandbox, source: Path, name: str) -> Path:
-    """Copy the files under ``source`` into the sandbox's folder ``name``, owned like that folder (a sandbox that
-    runs commands as a uid of its own gets files that uid can change)."""
-    dest = box.host_path(name)
-    shutil.copytree(source, dest, dirs_exist_ok=True, symlinks=True)
-    owner = dest.stat()
-    if os.geteuid() == 0 and (owner.st_uid, owner.st_gid) != (0, 0):
-        for path in [dest, *dest.rglob("*")]:
-            os.lchown(path, owner.st_uid, owner.st_gid)
-    return dest

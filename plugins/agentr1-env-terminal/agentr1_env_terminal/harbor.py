@@ -25,7 +25,6 @@ import math
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -323,7 +322,7 @@ def solution_commands(task: HarborTask) -> list[str]:
 def copy_environment(task: HarborTask, sandbox: Sandbox) -> None:
     """Put the task's starting files (``env_files_dir``) into the sandbox's ``app`` folder, modes kept."""
     if task.env_files_dir is not None:
-        shutil.copytree(task.env_files_dir, sandbox.host_path("app"), dirs_exist_ok=True, symlinks=True)
+        sandbox.copy_in(task.env_files_dir, "app")
 
 
 def read_reward(verifier_dir: Path) -> tuple[float | None, str]:
@@ -354,9 +353,8 @@ def run_tests(task: HarborTask, sandbox: Sandbox, timeout: float | None = None) 
     ``[verifier].env``) under the verifier's timeout; the reward is what the tests wrote in
     ``<logs>/verifier/reward.json`` or ``reward.txt``, else 1.0 for exit code 0 and 0.0 otherwise.
     ``result.info["reward_from"]`` says which."""
-    shutil.copytree(task.tests_dir, sandbox.host_path("tests"), dirs_exist_ok=True, symlinks=True)
-    verifier_dir = sandbox.host_path("logs") / "verifier"
-    verifier_dir.mkdir(parents=True, exist_ok=True)
+    sandbox.copy_in(task.tests_dir, "tests")
+    verifier_dir = sandbox.make_dir("logs", "verifier")
     for stale in ("reward.json", "reward.txt"):
         (verifier_dir / stale).unlink(missing_ok=True)
     env = {**task.verifier_env, "TESTS_DIR": sandbox.path("tests"), "LOGS_DIR": sandbox.path("logs")}
