@@ -149,7 +149,7 @@ def build_sandbox(spec: Any, where: str = "env.sandbox") -> Sandbox:
         raise ValueError(f"{where}: a sandbox needs a name")
     registry = get_registry()
     factory = registry.validate("sandbox", name, cfg, where=where)
-    availability = availability_of(factory)
+    availability = availability_of(factory, name)
     if not availability.ok:
         raise SandboxUnavailable(f"sandbox {name!r} cannot run here: {availability.isolation}")
     return factory(**cfg)
@@ -158,9 +158,14 @@ def build_sandbox(spec: Any, where: str = "env.sandbox") -> Sandbox:
 _CHECKED: dict[type, Availability] = {}
 
 
-def availability_of(cls: type) -> Availability:
-    """``cls.check()``, once per process (it may start programs to find out)."""
+def availability_of(cls: type, name: str = "") -> Availability:
+    """``cls.check()``, once per process (it may start programs to find out). The first time, a sandbox that can
+    run prints the isolation in force: ``[sandbox] local: process group, rlimits ...`` (the checks before a run
+    build the env, so a run says it before the model loads)."""
     if cls not in _CHECKED:
         check = getattr(cls, "check", None)
         _CHECKED[cls] = check() if callable(check) else Availability(True, "unknown")
+        if _CHECKED[cls].ok:
+            print(f"[sandbox] {name or getattr(cls, 'name', '') or cls.__name__}: {_CHECKED[cls].isolation}",
+                  flush=True)
     return _CHECKED[cls]
