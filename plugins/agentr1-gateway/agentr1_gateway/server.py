@@ -1,17 +1,19 @@
 """``EpisodeGateway``: one episode's model endpoint on 127.0.0.1, recording every model call.
 
 The server runs on the rollout's event loop (aiohttp), so a request awaits the same engine the other episodes use
-and is batched with them. It speaks the protocols of ``agentr1_gateway.protocols``: OpenAI chat completions
-(``POST /v1/chat/completions``, plain or streamed) and ``GET /v1/models``. Every protocol goes through one path
-(``_serve``): its parser turns the request into a ``Turn`` (the conversation as OpenAI chat messages), the prompt is
-rendered and tokenised once from that, the engine answers, and the protocol writes the answer in its own shape.
-It binds the loopback address only, refuses requests from any other address (403) and requests without the
-episode's key (401; as a bearer token or as ``x-api-key``), and answers everything it cannot serve with the
-protocol's error body (OpenAI's ``{"error": {"message", "type", "param", "code"}}``, never plain text): a malformed
-or unsupported field (400 naming it, see ``agentr1_gateway.request``), a prompt longer than ``max_prompt_tokens``
-(400, code ``context_length_exceeded``), a body over ``MAX_BODY_BYTES`` (413, code ``request_too_large``), a call
-beyond ``max_calls`` (429, code ``max_turns``), a call after the episode ended (410, code ``episode_ended``), an
-unknown path or method (404 / 405).
+and is batched with them. It speaks the protocols of ``agentr1_gateway.protocols``: OpenAI chat completions (``POST
+/v1/chat/completions``, plain or streamed), Anthropic Messages (``POST /v1/messages``, plain or streamed, and ``POST
+/v1/messages/count_tokens``, which counts a prompt without calling the model) and ``GET /v1/models``. Every protocol
+goes through one path (``_serve``): its parser turns the request into a ``Turn`` (the conversation as OpenAI chat
+messages), the prompt is rendered and tokenised once from that, the engine answers, and the protocol writes the
+answer in its own shape. It binds the loopback address only, refuses requests from any other address (403) and
+requests without the episode's key (401; as a bearer token or as ``x-api-key``), and answers everything it cannot
+serve with the protocol's error body (OpenAI's ``{"error": {"message", "type", "param", "code"}}``, Anthropic's
+``{"type": "error", "error": {"type", "message"}}`` under ``/v1/messages``; never plain text): a malformed or
+unsupported field (400 naming it, see ``agentr1_gateway.request``), a prompt longer than ``max_prompt_tokens`` (400,
+code ``context_length_exceeded``), a body over ``MAX_BODY_BYTES`` (413, code ``request_too_large``), a call beyond
+``max_calls`` (429, code ``max_turns``), a call after the episode ended (410, code ``episode_ended``), an unknown
+path or method (404 / 405).
 
 Nothing heavy runs on the shared loop: the body's JSON, its checks, the chat template and the tokenisation run in a
 daemon thread each (``in_daemon_thread``: the rollout never waits for one at its end), and a prompt whose length
@@ -43,6 +45,7 @@ from agentr1_core.tool_formats import ToolFormat
 from agentr1_core.tools import in_daemon_thread
 from agentr1_gateway.chat import BadRequest, Issued, model_messages
 from agentr1_gateway.prompts import char_limit, encode, render
+from agentr1_gateway.protocols.anthropic_messages import AnthropicMessages
 from agentr1_gateway.protocols.core import Protocol, Turn, parse_reply, read_reply
 from agentr1_gateway.protocols.openai_chat import OpenAIChat
 
@@ -50,6 +53,10 @@ __all__ = ["Call", "EpisodeGateway", "Refusal", "parse_reply", "turn_sampling"]
 
 Respond = Callable[[list[int], SamplingParams], Awaitable[Action]]
 MAX_BODY_BYTES = 16 * 1024 ** 2
+
+
+class Refused(Exception):
+    """A request the gateway answers with an error: ``(status, code, message, kind, param)``."""
 
 
 @dataclass
@@ -90,6 +97,7 @@ class EpisodeGateway:
     def __post_init__(self) -> None:
         self.issued = Issued()
         self.chat = OpenAIChat()
+        self.anthropic = AnthropicMessages()
         self._arrived = 0
         self._accepted = 0
         self._in_flight = 0
@@ -102,6 +110,8 @@ class EpisodeGateway:
         """Serve on an ephemeral port of 127.0.0.1; returns the base URL (``http://127.0.0.1:PORT/v1``)."""
         app = web.Application(middlewares=[self._guard], client_max_size=MAX_BODY_BYTES)
         app.router.add_post("/v1/chat/completions", self._handler(self.chat))
+        app.router.add_post("/v1/messages", self._handler(self.anthropic))
+        app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
         app.router.add_get("/v1/models", self._models)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
@@ -121,7 +131,7 @@ class EpisodeGateway:
     # -- requests -----------------------------------------------------------------------------------------------
     def _protocol_at(self, path: str) -> Protocol:
         """The protocol whose error shape an answer at ``path`` has."""
-        return self.chat
+        return self.anthropic if path.startswith("/v1/messages") else self.chat
 
     def _error(self, protocol: Protocol, status: int, code: str | None, message: str,
                kind: str = "invalid_request_error", param: str | None = None) -> web.Response:
@@ -175,10 +185,10 @@ class EpisodeGateway:
     async def _serve(self, protocol: Protocol, index: int, request: web.Request) -> web.StreamResponse:
         if self._ended:
             return self._ended_refusal(protocol, index)
-        prepared = await self._prompt(protocol, index, request)
-        if isinstance(prepared, web.Response):
-            return prepared
-        turn, messages, prompt_ids = prepared
+        try:
+            turn, messages, prompt_ids = await self._prompt(protocol, request, count_only=False)
+        except Refused as refused:
+            return self._refuse(protocol, index, *refused.args)
         if self._ended:
             return self._ended_refusal(protocol, index)
         if self._accepted >= self.max_calls:  # reached while this call was tokenised
@@ -197,29 +207,41 @@ class EpisodeGateway:
         self.issued.remember(reply.text, reply.content, protocol.issued(reply))
         return await protocol.answer(request, turn, reply, self.model_name)
 
-    async def _prompt(self, protocol: Protocol, index: int, request: web.Request, count_only: bool = False
-                      ) -> tuple[Turn, list[dict[str, str]], list[int]] | web.Response:
-        """The request's turn, the messages the model sees and their prompt ids, or the refusal to answer with.
-        The body's JSON, its checks, the chat template and the tokenisation run off the loop; a prompt whose length
-        alone proves it too long is never tokenised. ``count_only``: no call is being made (a token count), so
-        ``max_calls`` is not checked."""
+    async def _count_tokens(self, request: web.Request) -> web.Response:
+        """Anthropic's ``count_tokens``: the prompt the request would be, counted. Not a model call: it is neither
+        recorded nor counted against ``max_calls``, and its refusals end nothing."""
+        self._enter_model()
+        try:
+            _, _, prompt_ids = await self._prompt(AnthropicMessages(counting=True), request, count_only=True)
+        except Refused as refused:
+            return self._error(self.anthropic, *refused.args)
+        finally:
+            self._leave_model()
+        return web.json_response({"input_tokens": len(prompt_ids)})
+
+    async def _prompt(self, protocol: Protocol, request: web.Request, count_only: bool
+                      ) -> tuple[Turn, list[dict[str, str]], list[int]]:
+        """The request's turn, the messages the model sees and their prompt ids; ``Refused`` with what to answer
+        instead. The body's JSON, its checks, the chat template and the tokenisation run off the loop; a prompt
+        whose length alone proves it too long is never tokenised. ``count_only``: no call is being made (a token
+        count), so ``max_calls`` is not checked."""
         try:
             raw = await request.read()
         except web.HTTPRequestEntityTooLarge:
-            return self._refuse(protocol, index, 413, "request_too_large", f"the request body is over the "
-                                f"gateway's limit of {MAX_BODY_BYTES // 1024 ** 2} MiB")
+            raise Refused(413, "request_too_large", f"the request body is over the gateway's limit of "
+                          f"{MAX_BODY_BYTES // 1024 ** 2} MiB") from None
         try:
             turn, messages, text, limit = await in_daemon_thread(lambda: self._prepare(protocol, raw),
                                                                  "agentr1-gateway-prepare")
         except BadRequest as exc:
-            return self._refuse(protocol, index, 400, exc.code, str(exc), param=exc.param)
+            raise Refused(400, exc.code, str(exc), "invalid_request_error", exc.param) from None
         if not count_only and self._accepted >= self.max_calls:
-            return self._max_calls_refusal(protocol, index)
+            raise Refused(*self._max_calls_refusal_args())
         if limit is not None and len(text) > limit:  # too long whatever its tokens: never tokenised
-            return self._context_refusal(protocol, index, None, len(text))
+            raise Refused(*self._context_refusal_args(protocol, None, len(text)))
         prompt_ids = await in_daemon_thread(lambda: encode(self.tokenizer, text), "agentr1-gateway-tokenize")
         if len(prompt_ids) > self.max_prompt_tokens:
-            return self._context_refusal(protocol, index, len(prompt_ids), len(text))
+            raise Refused(*self._context_refusal_args(protocol, len(prompt_ids), len(text)))
         return turn, messages, prompt_ids
 
     def _prepare(self, protocol: Protocol, raw: bytes) -> tuple[Turn, list[dict[str, str]], str, int | None]:
@@ -229,13 +251,16 @@ class EpisodeGateway:
         messages = model_messages(turn.messages, turn.tools, self.tool_format, self.issued)
         return turn, messages, render(self.tokenizer, messages), char_limit(self.tokenizer, self.max_prompt_tokens)
 
-    def _context_refusal(self, protocol: Protocol, index: int, tokens: int | None, characters: int) -> web.Response:
-        return self._refuse(protocol, index, 400, "context_length_exceeded",
-                            protocol.context_message(tokens, characters, self.max_prompt_tokens), param="messages")
+    def _context_refusal_args(self, protocol: Protocol, tokens: int | None, characters: int) -> tuple[Any, ...]:
+        return (400, "context_length_exceeded", protocol.context_message(tokens, characters, self.max_prompt_tokens),
+                "invalid_request_error", "messages")
+
+    def _max_calls_refusal_args(self) -> tuple[Any, ...]:
+        return (429, "max_turns", f"this episode reached its limit of {self.max_calls} model calls "
+                "(rollout.max_turns)", "rate_limit_error")
 
     def _max_calls_refusal(self, protocol: Protocol, index: int) -> web.Response:
-        return self._refuse(protocol, index, 429, "max_turns", f"this episode reached its limit of {self.max_calls} "
-                            "model calls (rollout.max_turns)", "rate_limit_error")
+        return self._refuse(protocol, index, *self._max_calls_refusal_args())
 
     def _ended_refusal(self, protocol: Protocol, index: int) -> web.Response:
         return self._refuse(protocol, index, 410, "episode_ended", "this episode has ended; its endpoint takes no "

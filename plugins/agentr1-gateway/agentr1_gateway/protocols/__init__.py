@@ -2,4 +2,5 @@
 and tokenised once whatever protocol carried it; the model's answer is read once into a ``Reply``).
 
 * ``openai_chat``: OpenAI chat completions, plain and streamed.
+* ``anthropic_messages``: Anthropic Messages, plain and streamed, and its token count.
 """
