@@ -3,7 +3,8 @@
 The server runs on the rollout's event loop (aiohttp), so a request awaits the same engine the other episodes use
 and is batched with them. It speaks the protocols of ``agentr1_gateway.protocols``: OpenAI chat completions (``POST
 /v1/chat/completions``, plain or streamed), Anthropic Messages (``POST /v1/messages``, plain or streamed, and ``POST
-/v1/messages/count_tokens``, which counts a prompt without calling the model) and ``GET /v1/models``. Every protocol
+/v1/messages/count_tokens``, which counts a prompt without calling the model), OpenAI Responses (``POST
+/v1/responses``, plain or streamed, ``previous_response_id`` included) and ``GET /v1/models``. Every protocol
 goes through one path (``_serve``): its parser turns the request into a ``Turn`` (the conversation as OpenAI chat
 messages), the prompt is rendered and tokenised once from that, the engine answers, and the protocol writes the
 answer in its own shape. It binds the loopback address only, refuses requests from any other address (403) and
@@ -48,6 +49,7 @@ from agentr1_gateway.prompts import char_limit, encode, render
 from agentr1_gateway.protocols.anthropic_messages import AnthropicMessages
 from agentr1_gateway.protocols.core import Protocol, Turn, parse_reply, read_reply
 from agentr1_gateway.protocols.openai_chat import OpenAIChat
+from agentr1_gateway.protocols.openai_responses import OpenAIResponses
 
 __all__ = ["Call", "EpisodeGateway", "Refusal", "parse_reply", "turn_sampling"]
 
@@ -98,6 +100,7 @@ class EpisodeGateway:
         self.issued = Issued()
         self.chat = OpenAIChat()
         self.anthropic = AnthropicMessages()
+        self.responses = OpenAIResponses()  # keeps the episode's stored responses (previous_response_id)
         self._arrived = 0
         self._accepted = 0
         self._in_flight = 0
@@ -112,6 +115,7 @@ class EpisodeGateway:
         app.router.add_post("/v1/chat/completions", self._handler(self.chat))
         app.router.add_post("/v1/messages", self._handler(self.anthropic))
         app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
+        app.router.add_post("/v1/responses", self._handler(self.responses))
         app.router.add_get("/v1/models", self._models)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
