@@ -63,7 +63,7 @@ class Refused(Exception):
 
 @dataclass
 class Call:
-    """One served completion call, in arrival order."""
+    """One served model call (of any protocol), in arrival order."""
 
     index: int
     observation: Observation
