@@ -1,25 +1,26 @@
-"""OpenAI chat messages to the model's chat messages, and the model's text back to an OpenAI chat completion.
+"""The conversation every protocol's request is turned into (OpenAI chat messages), to the model's chat messages.
 
-A request's ``tools`` become the tool format's instructions in the system message, exactly as ``ToolEnv`` writes
-them, so an agent behind the gateway sees the prompts a native ``tool_env`` agent sees. An assistant message that
-the gateway produced earlier in the episode is shown to the model as the text the model really wrote (looked up by
-its tool-call ids or its content), never re-written from the parsed form; a tool message becomes the format's result
-message. Only an assistant message the gateway never produced (a history the agent built itself) is written from its
-parts with ``ToolFormat.format_call``.
+Each protocol (``agentr1_gateway.protocols``) writes its request as OpenAI chat messages and function tools; this
+module turns those into what the model is shown, so the same conversation gives the same prompt whatever protocol
+carried it. A request's ``tools`` become the tool format's instructions in the system message, exactly as
+``ToolEnv`` writes them, so an agent behind the gateway sees the prompts a native ``tool_env`` agent sees. An
+assistant message that the gateway produced earlier in the episode is shown to the model as the text the model
+really wrote (looked up by its tool-call ids or its content), never re-written from the parsed form; a tool message
+becomes the format's result message. Only an assistant message the gateway never produced (a history the agent
+built itself) is written from its parts with ``ToolFormat.format_call``.
 
-The messages come checked (``agentr1_gateway.request``: every field's type, tool calls' arguments parsed); the
-checks left here only keep a direct caller from crashing. This module does no I/O and knows no engine.
+The messages come checked (``agentr1_gateway.request`` and the protocols' parsers: every field's type, tool calls'
+arguments parsed); the checks left here only keep a direct caller from crashing. This module does no I/O and knows
+no engine.
 """
 
 from __future__ import annotations
 
 import json
-import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentr1_core.tool_formats import ParsedCall, ParsedTurn, ToolFormat
+from agentr1_core.tool_formats import ParsedCall, ToolFormat
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
@@ -57,19 +58,26 @@ class Issued:
     by_call_id: dict[str, tuple[str, str]] = field(default_factory=dict)  # id -> (raw text, tool name)
     by_content: dict[str, str] = field(default_factory=dict)  # returned content -> raw text
 
-    def remember(self, raw: str, content: str | None, calls: list[dict[str, Any]]) -> None:
-        for call in calls:
-            self.by_call_id[call["id"]] = (raw, call["function"]["name"])
+    def remember(self, raw: str, content: str | None, calls: list[tuple[str, str]]) -> None:
+        """One answer: the model's ``raw`` text, the ``content`` the agent got, and the ``(id, name)`` of each call
+        it got."""
+        for call_id, name in calls:
+            self.by_call_id[call_id] = (raw, name)
         if not calls and content is not None:
             self.by_content[content] = raw
 
 
 def tool_schemas(tools: Any) -> list[dict[str, Any]]:
+    """The tools as the model is shown them, whatever protocol they came in: ``{"type": "function", "function":
+    {"name", "description", "parameters"}}`` in that order, the keys a request left out or set to null left out
+    (``strict`` and any other key too), the way ``ToolEnv`` writes its tools."""
     if tools is None:
         return []
     if not isinstance(tools, list) or not all(isinstance(t, dict) and t.get("type") == "function" for t in tools):
         raise BadRequest("tools must be a list of {\"type\": \"function\", \"function\": {...}} objects", "tools")
-    return tools
+    return [{"type": "function", "function": {key: tool["function"][key] for key in ("name", "description",
+                                                                                     "parameters")
+                                              if tool["function"].get(key) is not None}} for tool in tools]
 
 
 def model_messages(messages: Any, tools: Any, fmt: ToolFormat, issued: Issued) -> list[dict[str, str]]:
@@ -117,38 +125,3 @@ def _assistant_text(message: dict[str, Any], content: str, fmt: ToolFormat, issu
                                  f"messages[{i}].tool_calls[{j}]") from exc
         return "".join(parts)
     return issued.by_content.get(content, content)
-
-
-def openai_tool_calls(turn: ParsedTurn) -> list[dict[str, Any]]:
-    """The well-formed calls of a parsed turn in the OpenAI ``tool_calls`` shape (with fresh ids)."""
-    return [{"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
-             "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)}}
-            for c in turn.calls if c.error is None]
-
-
-def completion(raw: str, turn: ParsedTurn, calls: list[dict[str, Any]], finish_reason: str, model: str,
-               prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
-    """An OpenAI ``chat.completion`` object. With well-formed calls, ``content`` is the text outside them (or None)
-    and the finish reason ``tool_calls``; otherwise ``content`` is the whole text."""
-    content: str | None = raw
-    if calls:
-        content = turn.content or None
-        finish_reason = "tool_calls"
-    elif finish_reason not in ("stop", "length"):
-        finish_reason = "stop"
-    message: dict[str, Any] = {"role": "assistant", "content": content}
-    if calls:
-        message["tool_calls"] = calls
-    return {
-        "id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "object": "chat.completion", "created": int(time.time()),
-        "model": model, "choices": [{"index": 0, "message": message, "finish_reason": finish_reason,
-                                     "logprobs": None}],
-        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                  "total_tokens": prompt_tokens + completion_tokens},
-    }
-
-
-def error_body(message: str, kind: str = "invalid_request_error", code: str | None = None,
-               param: str | None = None) -> dict[str, Any]:
-    """OpenAI's error shape: ``{"error": {"message", "type", "param", "code"}}``."""
-    return {"error": {"message": message, "type": kind, "param": param, "code": code}}

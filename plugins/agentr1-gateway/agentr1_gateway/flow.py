@@ -4,7 +4,8 @@ For every row the flow starts an ``EpisodeGateway`` (its own port on 127.0.0.1 a
 function ``agent(task, client)`` in a thread of its own (``isolation: thread``, the default) or a process of its own
 (``isolation: process``), with ``client`` an ``openai.OpenAI`` already pointed at the gateway. ``task`` is the
 dataset row without its answer (``reward_model``) and demonstrations (``expert_actions``). A function that also takes
-``endpoint`` gets ``Endpoint(base_url, api_key, model)``, for clients other than ``openai``. The recorded calls become
+``endpoint`` gets ``Endpoint(base_url, api_key, model)``, for clients other than ``openai`` (the gateway also
+speaks Anthropic Messages and OpenAI Responses; ``agentr1_gateway.protocols``). The recorded calls become
 the episode's steps in arrival order, each with exactly the prompt ids the engine saw and the response ids and
 log-probs it returned.
 

@@ -11,12 +11,22 @@ gateway reads is checked here:
   and ``type`` may be left out, ``arguments`` may be an object); a tool message's ``tool_call_id`` and ``name``
   strings.
 * ``tools``: an array of ``{"type": "function", "function": {"name": ..., "description": STRING,
-  "parameters": OBJECT}}``.
-* ``stream`` (a boolean; ``true`` is refused), ``n`` (only 1), ``max_tokens`` and ``max_completion_tokens``
-  (positive integers; the smaller one counts), ``stop`` (a string or up to ``MAX_STOP`` non-empty strings),
-  ``model`` (a string of at most ``MAX_MODEL_NAME`` characters).
+  "parameters": OBJECT, "strict": BOOLEAN}}``.
+* ``stream`` and ``parallel_tool_calls`` (booleans), ``stream_options`` (``{"include_usage": BOOLEAN}``), ``n``
+  (only 1), ``max_tokens`` and ``max_completion_tokens`` (positive integers; the smaller one counts), ``stop`` (a
+  string or up to ``MAX_STOP`` non-empty strings), ``model`` (a string of at most ``MAX_MODEL_NAME`` characters),
+  ``tool_choice`` (``auto``, ``none``, ``required``, or ``{"type": "function", "function": {"name": ...}}`` naming
+  one of the tools).
 
-Fields the gateway does not read (``temperature``, ``top_p``, ``tool_choice``, ...) are ignored, whatever they hold.
+Fields whose meaning the gateway cannot give are refused by name: a ``response_format`` other than
+``{"type": "text"}``, ``logprobs: true``, ``top_logprobs``, ``functions``/``function_call`` (the legacy form of
+tools), ``audio``, ``modalities`` other than text, ``prediction``, ``web_search_options``. The other fields
+(``temperature``, ``top_p``, ``seed``, ``user``, ``metadata``, ``store``, ...) are sampling or bookkeeping settings
+that the run decides, and are ignored whatever they hold.
+
+The helpers at the end (``wrong_type``, ``missing``, ``invalid``, ``check_nesting``, ...) build the same errors for
+the other protocols' parsers.
+
 A body nested deeper than Python's JSON parser allows is refused as ``invalid_json``; a tool or tool-call arguments
 nested more than ``MAX_NESTING`` levels (they are written into the prompt with ``json.dumps``, which recurses) is
 refused too. A tool call's ``arguments`` string is replaced by its parsed value in the returned messages.
@@ -46,10 +56,13 @@ class ChatRequest:
     max_tokens: int | None = None
     stop: list[str] = field(default_factory=list)
     model: str = ""
+    stream: bool = False
+    include_usage: bool = False  # stream_options.include_usage: a last chunk with the usage
+    tool_choice: Any = "auto"  # "auto", "none", "required" or {"type": "function", "function": {"name": ...}}
 
 
-def parse_request(raw: bytes) -> ChatRequest:
-    """The checked request in ``raw`` (a JSON body); ``BadRequest`` naming the first field that is wrong."""
+def load_body(raw: bytes) -> dict[str, Any]:
+    """The JSON object in ``raw``; ``BadRequest`` (``invalid_json``, or ``invalid_type`` for a non-object)."""
     try:
         body = json.loads(raw)
     except RecursionError:
@@ -58,48 +71,115 @@ def parse_request(raw: bytes) -> ChatRequest:
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, a number too long to convert
         raise BadRequest(f"the request body is not JSON ({exc})", code="invalid_json") from None
     if not isinstance(body, dict):
-        raise _wrong_type(None, "the request body", "a JSON object", body)
-    if body.get("stream") is not None:
-        if not isinstance(body["stream"], bool):
-            raise _wrong_type("stream", "stream", "a boolean", body["stream"])
-        if body["stream"]:
-            raise _invalid("stream", "streaming is not supported by the agentr1 gateway; send stream: false")
+        raise wrong_type(None, "the request body", "a JSON object", body)
+    return body
+
+
+def parse_request(raw: bytes) -> ChatRequest:
+    """The checked request in ``raw`` (a JSON body); ``BadRequest`` naming the first field that is wrong."""
+    body = load_body(raw)
+    stream = optional_bool(body, "stream")
     n = body.get("n")
     if n is not None:
-        if not _is_int(n):
-            raise _wrong_type("n", "n", "an integer", n)
+        if not is_int(n):
+            raise wrong_type("n", "n", "an integer", n)
         if n != 1:
-            raise _invalid("n", f"only n = 1 is supported, got {n}")
-    return ChatRequest(messages=_messages(body.get("messages")), tools=_tools(body.get("tools")),
-                       max_tokens=_max_tokens(body), stop=_stop(body.get("stop")), model=_model(body.get("model")))
+            raise invalid("n", f"only n = 1 is supported, got {n}")
+    _unsupported(body)
+    include_usage = False
+    options = body.get("stream_options")
+    if options is not None:
+        if not isinstance(options, dict):
+            raise wrong_type("stream_options", "stream_options", "an object", options)
+        include_usage = optional_bool(options, "include_usage", "stream_options.include_usage")
+    optional_bool(body, "parallel_tool_calls")
+    tools = _tools(body.get("tools"))
+    return ChatRequest(messages=_messages(body.get("messages")), tools=tools, max_tokens=_max_tokens(body),
+                       stop=_stop(body.get("stop")), model=_model(body.get("model")), stream=stream,
+                       include_usage=include_usage, tool_choice=_tool_choice(body.get("tool_choice"), tools))
+
+
+def _unsupported(body: dict[str, Any]) -> None:
+    """``BadRequest`` for a field whose meaning the gateway cannot give (it samples the run's way, text only)."""
+    response_format = body.get("response_format")
+    if response_format is not None:
+        if not isinstance(response_format, dict):
+            raise wrong_type("response_format", "response_format", "an object", response_format)
+        if response_format.get("type") != "text":
+            raise invalid("response_format", "only {\"type\": \"text\"} is supported: the gateway cannot constrain "
+                          "the model's output to JSON")
+    if body.get("logprobs") not in (None, False):
+        raise invalid("logprobs", "log-probabilities are not returned by the agentr1 gateway; leave logprobs unset")
+    if body.get("top_logprobs") not in (None, 0):
+        raise invalid("top_logprobs", "log-probabilities are not returned by the agentr1 gateway")
+    for key in ("functions", "function_call", "audio", "prediction", "web_search_options"):
+        if body.get(key) is not None:
+            raise invalid(key, "not supported by the agentr1 gateway" + (
+                "; send tools and tool_choice instead" if key.startswith("function") else ""))
+    modalities = body.get("modalities")
+    if modalities is not None and modalities != ["text"]:
+        raise invalid("modalities", "only [\"text\"] is supported")
+
+
+def _tool_choice(value: Any, tools: list[dict[str, Any]]) -> Any:
+    if value is None:
+        return "auto"
+    if isinstance(value, str):
+        if value not in ("auto", "none", "required"):
+            raise invalid("tool_choice", f"{value[:40]!r} is not one of auto, none, required")
+        if value == "required" and not tools:
+            raise invalid("tool_choice", "required needs tools")
+        return value
+    if not isinstance(value, dict):
+        raise wrong_type("tool_choice", "tool_choice", "a string or an object", value)
+    if value.get("type") != "function":
+        raise invalid("tool_choice.type", "only \"function\" is supported")
+    function = value.get("function")
+    if not isinstance(function, dict):
+        raise missing("tool_choice.function") if function is None else wrong_type(
+            "tool_choice.function", "tool_choice.function", "an object", function)
+    check_name(function.get("name"), "tool_choice.function.name")
+    if function["name"] not in {tool["function"]["name"] for tool in tools}:
+        raise invalid("tool_choice.function.name", f"no tool named {function['name'][:60]!r} in tools")
+    return value
+
+
+def optional_bool(body: dict[str, Any], key: str, param: str | None = None) -> bool:
+    """``body[key]`` as a boolean (False when absent or null); ``BadRequest`` naming ``param`` otherwise."""
+    value = body.get(key)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise wrong_type(param or key, param or key, "a boolean", value)
+    return value
 
 
 # -- messages -----------------------------------------------------------------------------------------------------
 def _messages(value: Any) -> list[dict[str, Any]]:
     if value is None:
-        raise _missing("messages")
+        raise missing("messages")
     if not isinstance(value, list):
-        raise _wrong_type("messages", "messages", "an array of messages", value)
+        raise wrong_type("messages", "messages", "an array of messages", value)
     if not value:
-        raise _invalid("messages", "it must hold at least one message")
+        raise invalid("messages", "it must hold at least one message")
     for i, message in enumerate(value):
         where = f"messages[{i}]"
         if not isinstance(message, dict):
-            raise _wrong_type(where, where, "an object", message)
+            raise wrong_type(where, where, "an object", message)
         role = message.get("role")
         if role is None:
-            raise _missing(f"{where}.role")
+            raise missing(f"{where}.role")
         if not isinstance(role, str):
-            raise _wrong_type(f"{where}.role", f"{where}.role", "a string", role)
+            raise wrong_type(f"{where}.role", f"{where}.role", "a string", role)
         if role not in ROLES:
-            raise _invalid(f"{where}.role", f"{role[:40]!r} is not one of {', '.join(ROLES)}")
+            raise invalid(f"{where}.role", f"{role[:40]!r} is not one of {', '.join(ROLES)}")
         _content(message.get("content"), f"{where}.content")
         if role == "assistant":
             _tool_calls(message.get("tool_calls"), f"{where}.tool_calls")
         if role == "tool":
             for key in ("tool_call_id", "name"):
                 if message.get(key) is not None and not isinstance(message[key], str):
-                    raise _wrong_type(f"{where}.{key}", f"{where}.{key}", "a string", message[key])
+                    raise wrong_type(f"{where}.{key}", f"{where}.{key}", "a string", message[key])
     return value
 
 
@@ -107,55 +187,55 @@ def _content(value: Any, where: str) -> None:
     if value is None or isinstance(value, str):
         return
     if not isinstance(value, list):
-        raise _wrong_type(where, where, "a string or an array of text parts", value)
+        raise wrong_type(where, where, "a string or an array of text parts", value)
     for j, part in enumerate(value):
         at = f"{where}[{j}]"
         if not isinstance(part, dict):
-            raise _wrong_type(at, at, "an object", part)
+            raise wrong_type(at, at, "an object", part)
         if part.get("type") != "text":
-            raise _invalid(f"{at}.type", "only text content parts ({\"type\": \"text\", \"text\": ...}) are "
+            raise invalid(f"{at}.type", "only text content parts ({\"type\": \"text\", \"text\": ...}) are "
                            "supported")
         if not isinstance(part.get("text"), str):
             if part.get("text") is None:
-                raise _missing(f"{at}.text")
-            raise _wrong_type(f"{at}.text", f"{at}.text", "a string", part["text"])
+                raise missing(f"{at}.text")
+            raise wrong_type(f"{at}.text", f"{at}.text", "a string", part["text"])
 
 
 def _tool_calls(value: Any, where: str) -> None:
     if value is None:
         return
     if not isinstance(value, list):
-        raise _wrong_type(where, where, "an array of tool calls", value)
+        raise wrong_type(where, where, "an array of tool calls", value)
     for j, call in enumerate(value):
         at = f"{where}[{j}]"
         if not isinstance(call, dict):
-            raise _wrong_type(at, at, "an object", call)
+            raise wrong_type(at, at, "an object", call)
         if call.get("id") is not None and not isinstance(call["id"], str):
-            raise _wrong_type(f"{at}.id", f"{at}.id", "a string", call["id"])
+            raise wrong_type(f"{at}.id", f"{at}.id", "a string", call["id"])
         if call.get("type") is not None and call["type"] != "function":
-            raise _invalid(f"{at}.type", "only \"function\" tool calls are supported")
+            raise invalid(f"{at}.type", "only \"function\" tool calls are supported")
         function = call.get("function")
         if function is None:
-            raise _missing(f"{at}.function")
+            raise missing(f"{at}.function")
         if not isinstance(function, dict):
-            raise _wrong_type(f"{at}.function", f"{at}.function", "an object", function)
-        _name(function.get("name"), f"{at}.function.name")
-        function["arguments"] = _arguments(function.get("arguments"), f"{at}.function.arguments")
+            raise wrong_type(f"{at}.function", f"{at}.function", "an object", function)
+        check_name(function.get("name"), f"{at}.function.name")
+        function["arguments"] = parse_arguments(function.get("arguments"), f"{at}.function.arguments")
 
 
-def _arguments(value: Any, where: str) -> Any:
+def parse_arguments(value: Any, where: str) -> Any:
     if value is None or value == "":
         return {}
     if isinstance(value, str):
         try:
             value = json.loads(value)
         except RecursionError:
-            raise _invalid(where, f"it nests more than {MAX_NESTING} levels deep") from None
+            raise invalid(where, f"it nests more than {MAX_NESTING} levels deep") from None
         except ValueError as exc:
-            raise _invalid(where, f"it must be a JSON string of the call's arguments ({exc})") from None
+            raise invalid(where, f"it must be a JSON string of the call's arguments ({exc})") from None
     elif not isinstance(value, dict):
-        raise _wrong_type(where, where, "a JSON string", value)
-    _check_nesting(value, where)
+        raise wrong_type(where, where, "a JSON string", value)
+    check_nesting(value, where)
     return value
 
 
@@ -164,28 +244,29 @@ def _tools(value: Any) -> list[dict[str, Any]]:
     if value is None:
         return []
     if not isinstance(value, list):
-        raise _wrong_type("tools", "tools", "an array of tools", value)
+        raise wrong_type("tools", "tools", "an array of tools", value)
     for i, tool in enumerate(value):
         at = f"tools[{i}]"
         if not isinstance(tool, dict):
-            raise _wrong_type(at, at, "an object", tool)
+            raise wrong_type(at, at, "an object", tool)
         if tool.get("type") != "function":
             if tool.get("type") is None:
-                raise _missing(f"{at}.type")
-            raise _invalid(f"{at}.type", "only \"function\" tools are supported")
+                raise missing(f"{at}.type")
+            raise invalid(f"{at}.type", "only \"function\" tools are supported")
         function = tool.get("function")
         if function is None:
-            raise _missing(f"{at}.function")
+            raise missing(f"{at}.function")
         if not isinstance(function, dict):
-            raise _wrong_type(f"{at}.function", f"{at}.function", "an object", function)
-        _name(function.get("name"), f"{at}.function.name")
+            raise wrong_type(f"{at}.function", f"{at}.function", "an object", function)
+        check_name(function.get("name"), f"{at}.function.name")
         if function.get("description") is not None and not isinstance(function["description"], str):
-            raise _wrong_type(f"{at}.function.description", f"{at}.function.description", "a string",
+            raise wrong_type(f"{at}.function.description", f"{at}.function.description", "a string",
                               function["description"])
+        optional_bool(function, "strict", f"{at}.function.strict")
         if function.get("parameters") is not None and not isinstance(function["parameters"], dict):
-            raise _wrong_type(f"{at}.function.parameters", f"{at}.function.parameters", "an object",
+            raise wrong_type(f"{at}.function.parameters", f"{at}.function.parameters", "an object",
                               function["parameters"])
-        _check_nesting(tool, at)
+        check_nesting(tool, at)
     return value
 
 
@@ -195,10 +276,10 @@ def _max_tokens(body: dict[str, Any]) -> int | None:
         cap = body.get(key)
         if cap is None:
             continue
-        if not _is_int(cap):
-            raise _wrong_type(key, key, "an integer", cap)
+        if not is_int(cap):
+            raise wrong_type(key, key, "an integer", cap)
         if cap < 1:
-            raise _invalid(key, f"it must be a positive integer, got {cap}")
+            raise invalid(key, f"it must be a positive integer, got {cap}")
         caps.append(cap)
     return min(caps) if caps else None
 
@@ -208,15 +289,15 @@ def _stop(value: Any) -> list[str]:
         return []
     stops = [value] if isinstance(value, str) else value
     if not isinstance(stops, list):
-        raise _wrong_type("stop", "stop", "a string or an array of strings", value)
+        raise wrong_type("stop", "stop", "a string or an array of strings", value)
     if len(stops) > MAX_STOP:
-        raise _invalid("stop", f"at most {MAX_STOP} stop strings are allowed, got {len(stops)}")
+        raise invalid("stop", f"at most {MAX_STOP} stop strings are allowed, got {len(stops)}")
     for j, stop in enumerate(stops):
         at = "stop" if isinstance(value, str) else f"stop[{j}]"
         if not isinstance(stop, str):
-            raise _wrong_type(at, at, "a string", stop)
+            raise wrong_type(at, at, "a string", stop)
         if not stop:
-            raise _invalid(at, "a stop string cannot be empty")
+            raise invalid(at, "a stop string cannot be empty")
     return list(stops)
 
 
@@ -224,39 +305,39 @@ def _model(value: Any) -> str:
     if value is None:
         return ""
     if not isinstance(value, str):
-        raise _wrong_type("model", "model", "a string", value)
+        raise wrong_type("model", "model", "a string", value)
     if len(value) > MAX_MODEL_NAME:
-        raise _invalid("model", f"at most {MAX_MODEL_NAME} characters, got {len(value)}")
+        raise invalid("model", f"at most {MAX_MODEL_NAME} characters, got {len(value)}")
     return value
 
 
-def _name(value: Any, where: str) -> None:
+def check_name(value: Any, where: str) -> None:
     if value is None:
-        raise _missing(where)
+        raise missing(where)
     if not isinstance(value, str):
-        raise _wrong_type(where, where, "a string", value)
+        raise wrong_type(where, where, "a string", value)
     if not value:
-        raise _invalid(where, "a name cannot be empty")
+        raise invalid(where, "a name cannot be empty")
 
 
-def _check_nesting(value: Any, where: str) -> None:
+def check_nesting(value: Any, where: str) -> None:
     """``BadRequest`` when ``value`` nests arrays or objects more than ``MAX_NESTING`` levels (walked without
     recursion)."""
     stack = [(value, 1)]
     while stack:
         item, depth = stack.pop()
         if depth > MAX_NESTING:
-            raise _invalid(where, f"it nests more than {MAX_NESTING} levels deep")
+            raise invalid(where, f"it nests more than {MAX_NESTING} levels deep")
         children = item.values() if isinstance(item, dict) else item
         stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
 
 
 # -- errors -------------------------------------------------------------------------------------------------------
-def _is_int(value: Any) -> bool:
+def is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _json_kind(value: Any) -> str:
+def json_kind(value: Any) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -270,14 +351,14 @@ def _json_kind(value: Any) -> str:
     return "an array" if isinstance(value, list) else "an object"
 
 
-def _wrong_type(param: str | None, name: str, expected: str, value: Any) -> BadRequest:
-    return BadRequest(f"Invalid type for '{name}': expected {expected}, but got {_json_kind(value)}.", param,
+def wrong_type(param: str | None, name: str, expected: str, value: Any) -> BadRequest:
+    return BadRequest(f"Invalid type for '{name}': expected {expected}, but got {json_kind(value)}.", param,
                       "invalid_type")
 
 
-def _missing(param: str) -> BadRequest:
+def missing(param: str) -> BadRequest:
     return BadRequest(f"Missing required parameter: '{param}'.", param, "missing_required_parameter")
 
 
-def _invalid(param: str, why: str) -> BadRequest:
+def invalid(param: str, why: str) -> BadRequest:
     return BadRequest(f"Invalid value for '{param}': {why}.", param, "invalid_value")

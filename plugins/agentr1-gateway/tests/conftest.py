@@ -91,7 +91,7 @@ def openai_client():
     import openai
 
     def make(gateway):
-        return openai.OpenAI(base_url=gateway.base_url, api_key=gateway.key, max_retries=0,
+        return openai.OpenAI(base_url=gateway.base_url, api_key=gateway.key, max_retries=0, timeout=120,
                              http_client=openai.DefaultHttpxClient(trust_env=False))
 
     return make

@@ -157,8 +157,8 @@ def test_bad_requests_wrong_keys_and_unknown_paths_are_refused(tokenizer, script
                     "no_messages": await client.post(f"{url}/chat/completions", json={"model": "m"}, headers=auth),
                     "bad_role": await client.post(f"{url}/chat/completions", json={
                         "messages": [{"role": "wizard", "content": "x"}]}, headers=auth),
-                    "stream": await client.post(f"{url}/chat/completions", json={
-                        "messages": [{"role": "user", "content": "x"}], "stream": True}, headers=auth),
+                    "n_2": await client.post(f"{url}/chat/completions", json={
+                        "messages": [{"role": "user", "content": "x"}], "n": 2}, headers=auth),
                     "models": await client.get(f"{url}/models", headers=auth),
                 }
         finally:
@@ -169,7 +169,7 @@ def test_bad_requests_wrong_keys_and_unknown_paths_are_refused(tokenizer, script
     assert url.startswith("http://127.0.0.1:")
     assert out["no_key"].status_code == out["wrong_key"].status_code == 401
     assert out["no_key"].json()["error"]["code"] == "invalid_api_key"
-    for name in ("not_json", "no_messages", "bad_role", "stream"):
+    for name in ("not_json", "no_messages", "bad_role", "n_2"):
         assert out[name].status_code == 400 and out[name].json()["error"]["message"], name
     assert out["bad_role"].json()["error"]["param"] == "messages[0].role"  # every malformed field: see
     # test_malformed_requests.py

@@ -1,5 +1,6 @@
 """Every malformed request gets a 400 in OpenAI's error shape naming the field, and the episode serves on: one case
-per field the gateway reads, sent by the official ``openai`` client where it can send it, as raw HTTP otherwise."""
+per field the gateway reads (and per field it refuses because it cannot give its meaning), sent by the official
+``openai`` client where it can send it, as raw HTTP otherwise."""
 
 from __future__ import annotations
 
@@ -108,7 +109,6 @@ CASES = [
      "tools[0].function.parameters"),
     ("tool_parameters_nested_200_deep", {"messages": [USER], "tools": [tool(parameters={"x": nested(200)})]},
      "tools[0]"),
-    ("stream_true", {"messages": [USER], "stream": True}, "stream"),
     ("stream_a_string", {"messages": [USER], "stream": "yes"}, "stream"),
     ("n_2", {"messages": [USER], "n": 2}, "n"),
     ("n_a_string", {"messages": [USER], "n": "1"}, "n"),
@@ -124,6 +124,28 @@ CASES = [
     ("stop_five_strings", {"messages": [USER], "stop": ["a", "b", "c", "d", "e"]}, "stop"),
     ("model_a_number", {"messages": [USER], "model": 5}, "model"),
     ("model_1000_characters", {"messages": [USER], "model": "m" * 1000}, "model"),
+    ("stream_options_a_string", {"messages": [USER], "stream_options": "usage"}, "stream_options"),
+    ("stream_options_include_usage_a_string", {"messages": [USER], "stream_options": {"include_usage": "yes"}},
+     "stream_options.include_usage"),
+    ("parallel_tool_calls_a_string", {"messages": [USER], "parallel_tool_calls": "no"}, "parallel_tool_calls"),
+    ("tool_strict_a_string", {"messages": [USER], "tools": [tool(strict="yes")]}, "tools[0].function.strict"),
+    ("tool_choice_unknown", {"messages": [USER], "tools": [TOOL], "tool_choice": "always"}, "tool_choice"),
+    ("tool_choice_a_number", {"messages": [USER], "tools": [TOOL], "tool_choice": 1}, "tool_choice"),
+    ("tool_choice_required_without_tools", {"messages": [USER], "tool_choice": "required"}, "tool_choice"),
+    ("tool_choice_type_unknown", {"messages": [USER], "tools": [TOOL], "tool_choice": {"type": "file_search"}},
+     "tool_choice.type"),
+    ("tool_choice_function_not_in_tools", {"messages": [USER], "tools": [TOOL], "tool_choice": {
+        "type": "function", "function": {"name": "weather"}}}, "tool_choice.function.name"),
+    # fields whose meaning the gateway cannot give: refused by name
+    ("response_format_json_schema", {"messages": [USER], "response_format": {"type": "json_schema", "json_schema": {
+        "name": "x", "schema": {"type": "object"}}}}, "response_format"),
+    ("response_format_json_object", {"messages": [USER], "response_format": {"type": "json_object"}},
+     "response_format"),
+    ("response_format_a_string", {"messages": [USER], "response_format": "text"}, "response_format"),
+    ("logprobs_true", {"messages": [USER], "logprobs": True}, "logprobs"),
+    ("top_logprobs_3", {"messages": [USER], "top_logprobs": 3}, "top_logprobs"),
+    ("functions_legacy", {"messages": [USER], "functions": [TOOL["function"]]}, "functions"),
+    ("modalities_audio", {"messages": [USER], "modalities": ["text", "audio"]}, "modalities"),
 ]
 
 

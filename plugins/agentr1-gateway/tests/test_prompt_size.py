@@ -159,3 +159,53 @@ def test_a_call_still_being_tokenised_when_its_episode_ends_never_reaches_the_mo
     refused, gateway = asyncio.run(go())
     assert refused.status_code == 410 and refused.code == "episode_ended"
     assert gateway.calls == [] and gateway.engine.prompts == []
+
+
+@pytest.mark.parametrize("protocol", ["anthropic_messages", "anthropic_count_tokens", "openai_responses"])
+def test_every_protocol_refuses_a_prompt_too_long_by_its_length_alone_without_tokenising_it(serve, tokenizer,
+                                                                                          openai_client, protocol):
+    import anthropic
+
+    watched = WatchedTokenizer(tokenizer, long=10 ** 9)
+    huge = "word " * 720_000  # 3.6 MB
+
+    def ask(gateway, content):
+        if protocol == "openai_responses":
+            client = openai_client(gateway)
+            error = openai.BadRequestError
+            call = lambda: client.responses.create(model="m", input=content)  # noqa: E731
+        else:
+            client = anthropic.Anthropic(base_url=gateway.base_url.removesuffix("/v1"), api_key=gateway.key,
+                                         max_retries=0, timeout=120,
+                                         http_client=anthropic.DefaultHttpxClient(trust_env=False))
+            error = anthropic.BadRequestError
+            messages = [{"role": "user", "content": content}]
+            call = (lambda: client.messages.count_tokens(model="m", messages=messages)) if protocol.endswith(
+                "count_tokens") else (lambda: client.messages.create(model="m", max_tokens=8, messages=messages))
+        try:
+            if content is not huge:
+                return call()
+            with pytest.raises(error) as refused:
+                call()
+            return refused.value
+        finally:
+            client.close()
+
+    async def go():
+        async with serve(tokenizer=watched, max_prompt_tokens=4096) as gateway:
+            return (await asyncio.to_thread(ask, gateway, huge), await asyncio.to_thread(ask, gateway, "hi"),
+                    gateway)
+
+    refused, served, gateway = asyncio.run(go())
+    if protocol == "openai_responses":
+        assert refused.code == "context_length_exceeded" and "characters" in refused.message
+        assert served.output_text == "ok"
+    else:
+        assert refused.body["error"]["type"] == "invalid_request_error"
+        assert refused.body["error"]["message"].startswith("prompt is too long: 3600") and "characters" in \
+            refused.body["error"]["message"]
+        assert getattr(served, "input_tokens", None) or served.content[0].text == "ok"
+    assert max(watched.encoded) < 1000  # only the small prompt was ever encoded
+    # a refused count is not a refused call: it ends nothing
+    assert [r.code for r in gateway.refusals] == ([] if protocol.endswith("count_tokens") else
+                                                  ["context_length_exceeded"])
