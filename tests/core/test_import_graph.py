@@ -29,7 +29,7 @@ FLOORS = [  # lowest first; a module is on the floor of the longest prefix liste
     ("engines and algorithms", ["agentr1_core.rollout", "agentr1_core.algorithms"]),
     ("front door", ["agentr1_core.plugins", "agentr1_core.components", "agentr1_core.config", "agentr1_core.builtin",
                     "agentr1_core.envs", "agentr1_core.flows", "agentr1_core.preflight", "agentr1_core.tool_rows",
-                    "agentr1_core.tool_sources"]),
+                    "agentr1_core.tool_sources", "agentr1_core.sandbox"]),
     ("backends", ["agentr1_core.trainers", "agentr1_core.distributed", "agentr1_core.verl"]),
     ("commands", ["agentr1_core.cli", "agentr1_core.runner", "agentr1_core.evaluate", "agentr1_core.scaffold",
                   "agentr1_core.testing"]),
