@@ -8,6 +8,11 @@ The task, system prompt, tool name, description and parameter schema are ``calcu
 shown the same prompts, token for token, whichever of the two agents (and APIs) asks. The tool is the same bounded
 evaluator.
 
+The SDK raises when the model fails it: no final output within ``max_turns`` model calls (``MaxTurnsExceeded``), a
+reply cut by the token cap (on the Responses API an ``incomplete`` response), a call to a tool the agent does not
+have (``ModelBehaviorError``). Those are the model's failures, not the environment's: the agent returns None, a
+failed episode (reward 0). The chat-completions agent of ``calculator_agent`` returns a cut reply's text instead.
+
 Two entry points, the same agent: ``agent`` runs ``Runner.run`` in ``asyncio.run`` (a fresh event loop, closed with
 the client when the function returns); ``agent_run_sync`` calls ``Runner.run_sync``, which needs a thread with no
 running event loop. The ``openai_agent`` flow gives it one: the function runs in a thread of its own (``isolation:
@@ -20,8 +25,8 @@ from __future__ import annotations
 
 import asyncio
 
-from agents import (Agent, MaxTurnsExceeded, OpenAIChatCompletionsModel, OpenAIResponsesModel, Runner, function_tool,
-                    set_tracing_disabled)
+from agents import (Agent, MaxTurnsExceeded, ModelBehaviorError, OpenAIChatCompletionsModel, OpenAIResponsesModel,
+                    Runner, function_tool, set_tracing_disabled)
 from openai import AsyncOpenAI
 
 from agentr1_gateway.examples.calculator_agent import SYSTEM, TOOLS, calculate
@@ -62,12 +67,12 @@ def _client(endpoint) -> AsyncOpenAI:
 
 
 async def solve(task, endpoint, api: str = "responses", max_turns: int = 3) -> str | None:
-    """The final output (e.g. ``<answer>42</answer>``); None when ``max_turns`` model calls gave none."""
+    """The final output (e.g. ``<answer>42</answer>``); None when the model gave none (see the module's docstring)."""
     client = _client(endpoint)
     try:
         result = await Runner.run(build(client, endpoint.model, api), task["prompt"], max_turns=max_turns)
         return str(result.final_output)
-    except MaxTurnsExceeded:
+    except (MaxTurnsExceeded, ModelBehaviorError):
         return None
     finally:
         await client.close()
@@ -89,7 +94,7 @@ def agent_run_sync(task, client, endpoint, api: str = "responses", max_turns: in
     try:
         result = Runner.run_sync(build(async_client, endpoint.model, api), task["prompt"], max_turns=max_turns)
         return str(result.final_output)
-    except MaxTurnsExceeded:
+    except (MaxTurnsExceeded, ModelBehaviorError):
         return None
     finally:
         loop.run_until_complete(async_client.close())
