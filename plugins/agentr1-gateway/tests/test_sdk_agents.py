@@ -114,18 +114,25 @@ def test_the_sdks_own_turn_limit_and_the_runs_both_end_the_loop(tokenizer, rows)
     assert capped.termination == "max_turns" and len(capped.steps) == 1 and capped.steps[0].truncated
 
 
-class CutEngine:
-    """Every reply cut by the token cap: the start of an answer, finish reason ``length``."""
+class FixedEngine:
+    """Every reply the same text, with the given finish reason."""
 
-    def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
+    def __init__(self, tokenizer, text, finish_reason):
+        self.tokenizer, self.text, self.finish_reason = tokenizer, text, finish_reason
 
     async def generate(self, prompt_ids, sampling):
         from agentr1_core.rollout.base import Generation
 
-        text = "<answer>4"
-        ids = self.tokenizer.encode(text, add_special_tokens=False)
-        return Generation(ids, [-0.5] * len(ids), text, "length")
+        ids = self.tokenizer.encode(self.text, add_special_tokens=False)
+        if self.finish_reason == "stop":
+            ids.append(self.tokenizer.eos_token_id)
+        return Generation(ids, [-0.5] * len(ids), self.text, self.finish_reason)
+
+
+def run_engine(tokenizer, engine, agent, row, **params):
+    context = FlowContext(engine=engine, tokenizer=tokenizer, sampling=SamplingParams(max_new_tokens=48),
+                          reward_fn=AnswerMatch(), max_turns=3)
+    return asyncio.run(OpenAIAgentFlow(context, agent=agent, **params).run(row))
 
 
 @pytest.mark.parametrize("name,answer", [("agents-sdk", None), ("agents-sdk-chat", "<answer>4"),
@@ -134,8 +141,15 @@ def test_a_reply_cut_by_the_token_cap_is_a_failed_episode_not_an_env_error(token
     """On the Responses API a cut reply is an ``incomplete`` response, which the SDK raises (``ModelBehaviorError``):
     the example counts it as the model's failure. The other APIs hand the cut text back as the answer."""
     agent, params = AGENTS[name]
-    context = FlowContext(engine=CutEngine(tokenizer), tokenizer=tokenizer, sampling=SamplingParams(max_new_tokens=4),
-                          reward_fn=AnswerMatch(), max_turns=3)
-    traj = asyncio.run(OpenAIAgentFlow(context, agent=agent, **params).run(rows[0]))
+    traj = run_engine(tokenizer, FixedEngine(tokenizer, "<answer>4", "length"), agent, rows[0], **params)
     assert traj.termination == "done" and traj.final_reward == 0.0 and len(traj.steps) == 1
     assert traj.info.get("answer") == answer and traj.steps[0].info["finish_reason"] == "length"
+
+
+@pytest.mark.parametrize("name", ["agents-sdk", "agents-sdk-chat"])
+def test_a_call_to_a_tool_the_sdk_agent_does_not_have_is_a_failed_episode(tokenizer, rows, name):
+    agent, params = AGENTS[name]
+    call = '<tool_call>{"name": "abacus", "arguments": {"expression": "2+2"}}</tool_call>'
+    traj = run_engine(tokenizer, FixedEngine(tokenizer, call, "stop"), agent, rows[0], **params)
+    assert traj.termination == "done" and traj.final_reward == 0.0 and len(traj.steps) == 1
+    assert "answer" not in traj.info
