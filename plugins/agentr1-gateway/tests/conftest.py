@@ -15,11 +15,11 @@ from agentr1_core.rollout.base import Generation, SamplingParams
 from agentr1_core.tool_formats import HermesFormat
 from agentr1_gateway.server import EpisodeGateway
 
-AGENTS = Path(__file__).with_name("agents.py")
+AGENTS = Path(__file__).with_name("agent_functions.py")
 
 
 def agent(name: str) -> str:
-    """The config value that names one of tests/agents.py's functions."""
+    """The config value that names one of tests/agent_functions.py's functions."""
     return f"{AGENTS}:{name}"
 
 

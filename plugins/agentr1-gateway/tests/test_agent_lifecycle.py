@@ -18,7 +18,7 @@ from agentr1_core.rollout.base import SamplingParams
 from agentr1_core.rollout.driver import rollout_async
 from agentr1_gateway.flow import OpenAIAgentFlow, load_agent
 
-AGENTS = Path(__file__).with_name("agents.py")
+AGENTS = Path(__file__).with_name("agent_functions.py")
 
 
 class PerRow(OpenAIAgentFlow):

@@ -19,7 +19,7 @@ from agentr1_core.rollout.driver import rollout_async
 from agentr1_gateway.flow import OpenAIAgentFlow
 from agentr1_gateway.server import EpisodeGateway
 
-AGENTS = Path(__file__).with_name("agents.py")
+AGENTS = Path(__file__).with_name("agent_functions.py")
 SYSTEM = ("Solve the user's arithmetic problem. First call the calculator tool with the expression, then reply with "
           "only the result as <answer>NUMBER</answer>.")
 

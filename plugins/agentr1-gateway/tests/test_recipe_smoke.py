@@ -1,6 +1,7 @@
-"""The named recipe ``calculator-openai`` end to end at smoke size with the real SmolLM2-135M-Instruct: the plain
-OpenAI-client calculator agent, its warm start on the rows' demonstrations through the gateway, one GRPO iteration,
-validation before and after. Sizes are cut to a couple of minutes; the recipe's own numbers are in the README."""
+"""The named recipes ``calculator-openai`` (the plain OpenAI-client calculator agent) and ``calculator-agents-sdk``
+(the same agent on the OpenAI Agents SDK, through the Responses endpoint) end to end at smoke size with the real
+SmolLM2-135M-Instruct: the warm start on the rows' demonstrations through the gateway, one GRPO iteration,
+validation before and after. Sizes are cut to a couple of minutes each; the recipes' own numbers are in the README."""
 
 from __future__ import annotations
 
@@ -10,14 +11,17 @@ import pytest
 
 
 @pytest.mark.slow
-def test_calculator_openai_recipe_runs_end_to_end_at_smoke_size(tmp_path):
+@pytest.mark.parametrize("recipe", ["calculator-openai", "calculator-agents-sdk"])
+def test_calculator_agent_recipe_runs_end_to_end_at_smoke_size(tmp_path, recipe):
+    if recipe == "calculator-agents-sdk":
+        pytest.importorskip("agents")
     from agentr1_core.cli import main
 
     run_dir = tmp_path / "run"
     overrides = [f"run_dir={run_dir}", "sft.rows=4", "sft.batch_size=4", "validation.max_rows=2",
                  "rollout.batch_size=1", "rollout.n=2", "trainer.total_steps=1", "trainer.micro_batch_size=4",
                  "trainer.train_layers=2", "trainer.threads=1"]
-    assert main(["run", "calculator-openai", *overrides]) == 0
+    assert main(["run", recipe, *overrides]) == 0
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     validations = {r["label"]: r for r in records if r.get("event") == "validation"}
     assert set(validations) == {"before_sft", "after_sft", "after_rl"}
