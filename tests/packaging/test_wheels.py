@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-pytestmark = pytest.mark.slow  # builds seven wheels and a new environment (minutes)
+pytestmark = pytest.mark.slow  # builds every distribution's wheel and a new environment (minutes)
 
 ROOT = Path(__file__).resolve().parents[2]
 DISTRIBUTIONS = {  # distribution -> source folder
@@ -32,6 +32,7 @@ DISTRIBUTIONS = {  # distribution -> source folder
     "agentr1-gateway": ROOT / "plugins" / "agentr1-gateway",
     "agentr1-tools-papers": ROOT / "plugins" / "agentr1-tools-papers",
     "agentr1-tools-mcp": ROOT / "plugins" / "agentr1-tools-mcp",
+    "agentr1-env-terminal": ROOT / "plugins" / "agentr1-env-terminal",
 }
 TINY = ["stages=[rl]", "trainer.total_steps=1", "trainer.checkpoint_every=-1", "rollout.batch_size=1", "rollout.n=2",
         "rollout.max_new_tokens=8", "rollout.max_turns=2", "validation.every=0", "validation.max_rows=1"]
@@ -41,6 +42,7 @@ RECIPES = {  # config -> (distribution, recipe-specific tiny overrides, or None:
     "calculator-openai": ("agentr1-gateway", []),  # the example agent module ships in the wheel
     "papersearch-cpu": ("agentr1-tools-papers", []),
     "calculator-mcp": ("agentr1-tools-mcp", []),  # the example server ships in the wheel and starts from it
+    "terminal-cpu": ("agentr1-env-terminal", []),  # tasks generated on first use, episodes in the local sandbox
     # Their one-iteration runs passed here too (about 5 and 6 minutes on a loaded 2-core machine); left out of every
     # CI run to keep this file to minutes: their recipes' own smoke tests run the same code from the checkout.
     "alfworld": ("agentr1-env-alfworld", None),
@@ -48,7 +50,8 @@ RECIPES = {  # config -> (distribution, recipe-specific tiny overrides, or None:
     "time-mcp": ("agentr1-tools-mcp", None),  # its server (mcp-server-time) is the test extra's, not the wheel's
 }
 DATA_SUFFIXES = (".json", ".jsonl", ".zip")
-GENERATED_DATA = ("opd", "calculator-openai", "calculator-mcp", "time-mcp")  # recipes whose rows are generated, with no data file
+# recipes whose rows are generated, with no data file
+GENERATED_DATA = ("opd", "calculator-openai", "calculator-mcp", "time-mcp", "terminal-cpu")
 
 
 def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: int = 900) -> subprocess.CompletedProcess:

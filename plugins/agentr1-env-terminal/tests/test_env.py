@@ -102,7 +102,8 @@ def test_python_tool_runs_in_the_sandbox_and_without_a_sandbox_refuses():
     assert alone.error == "no_sandbox"
     env = get_registry().build("env", "terminal", {"tools": ["python"], "sandbox": "local"})
     row = {"prompt": "compute"}
-    code = '<tool_call>{"name": "python", "arguments": {"code": "import os; print(6*7, os.getcwd() != \\"/\\")"}}</tool_call>'
+    program = 'import os; print(6*7, os.getcwd() != "/")'
+    code = "<tool_call>" + json.dumps({"name": "python", "arguments": {"code": program}}) + "</tool_call>"
     results = asyncio.run(play(env, row, [Action(code, [1], [0.0]), Action("<answer>42</answer>", [1], [0.0])]))
     assert results[0].info["calls"][0]["output"].startswith("42 True")
     assert results[1].done and "tests" not in results[1].info
