@@ -11,7 +11,14 @@ log-probs it returned.
 
 What the function returns: a number (the episode's reward when the config has no reward function; recorded as the
 metric ``agent_reward`` either way), a string (the answer, ``traj.info["answer"]``, which ``answer_match`` reads), a
-dict with ``reward``, ``answer`` and ``metrics``, or None.
+dict with ``reward``, ``answer`` and ``metrics``, or None. With ``branch_rewards: per_branch`` the dict may also hold
+``branch_rewards``, ``{branch index: reward}``: each is added to the reward of that branch's last step.
+
+Branches: a call whose prompt does not extend an earlier call's prompt and reply (a compacted history, a subagent's
+fresh context, parallel calls) starts a new branch of the episode (``agentr1_gateway.branches``, on token ids). Each
+step's ``info`` has ``parent`` (the step it continues, or None) and ``branch``, a branch start also ``branch_of``
+and ``shared_prefix_tokens``; ``traj.info["branches"]`` counts them. A step's ``feedback`` and
+``next_observation`` come from the next call of its own branch.
 
 How an episode ends: ``done`` when the function returns after at least one call; ``max_turns`` when it called more
 than ``rollout.max_turns`` times; ``context_limit`` when a prompt was over ``rollout.max_prompt_tokens`` (or its body
@@ -43,6 +50,7 @@ from agentr1_core.flows import AgentFlowBase, FlowContext
 from agentr1_core.mdp import Action, Step, Trajectory
 from agentr1_core.rollout.base import SamplingParams
 from agentr1_gateway.agent_runner import AgentFailed, AgentProcess, AgentThread, Endpoint, call_agent, load_agent
+from agentr1_gateway.branches import link_calls, link_info
 from agentr1_gateway.server import EpisodeGateway
 
 __all__ = ["Endpoint", "OpenAIAgentFlow", "load_agent"]
@@ -51,6 +59,7 @@ HIDDEN_FROM_AGENT = ("reward_model", "expert_actions")
 ENDINGS = {"max_turns": "max_turns", "context_length_exceeded": "context_limit", "request_too_large": "context_limit",
            "generation_failed": "engine_error"}
 ISOLATIONS = ("thread", "process")
+BRANCH_REWARDS = ("episode", "per_branch")
 
 
 class _ExpertReplies:
@@ -93,12 +102,14 @@ def _news(before: Any, after: Any) -> str:
 class OpenAIAgentFlow(AgentFlowBase):
     def __init__(self, ctx: FlowContext, agent: str, timeout: float = 300.0, tool_format: str = "hermes",
                  model_name: str = "agentr1-policy", agent_params: dict[str, Any] | None = None,
-                 isolation: str = "thread") -> None:
+                 isolation: str = "thread", branch_rewards: str = "episode") -> None:
         super().__init__(ctx)
         if timeout <= 0:
             raise ValueError(f"timeout must be positive, got {timeout}")
         if isolation not in ISOLATIONS:
             raise ValueError(f"isolation must be one of {', '.join(ISOLATIONS)}, got {isolation!r}")
+        if branch_rewards not in BRANCH_REWARDS:
+            raise ValueError(f"branch_rewards must be one of {', '.join(BRANCH_REWARDS)}, got {branch_rewards!r}")
         from agentr1_core.plugins import get_registry
 
         self.agent_spec = agent
@@ -108,6 +119,7 @@ class OpenAIAgentFlow(AgentFlowBase):
         self.tool_format = get_registry().build("tool_format", tool_format, where="agent_flow.tool_format")
         self.model_name = model_name
         self.agent_params = dict(agent_params or {})
+        self.branch_rewards = branch_rewards
 
     async def _respond(self, prompt_ids: list[int], sampling: SamplingParams, expert: _ExpertReplies | None) -> Action:
         if expert is not None:
@@ -145,19 +157,25 @@ class OpenAIAgentFlow(AgentFlowBase):
             await runner.stop()
             await gateway.close()
         calls = sorted(gateway.calls, key=lambda c: c.index)
+        links = link_calls([(call.prompt_ids, call.action.token_ids) for call in calls])
+        following = {link.parent: k for k, link in enumerate(links) if link.parent is not None}
         for i, call in enumerate(calls):
-            after = calls[i + 1].observation if i + 1 < len(calls) else None
+            after = calls[following[i]].observation if i in following else None  # the next call of its branch
             traj.steps.append(Step(call.prompt_ids, call.action.token_ids, call.action.logprobs,
                                    action_text=call.action.text, observation=call.observation, next_observation=after,
                                    feedback=_news(call.observation, after),
                                    info={"finish_reason": call.action.finish_reason, "call": call.index,
-                                         "requested_model": call.model}))
+                                         "requested_model": call.model, **link_info(links[i])}))
+        traj.info["branches"] = len({link.branch for link in links})
+        if error is None:
+            error = self._branch_reward_error(value, traj.info["branches"])
         self._end(traj, gateway, error)
         if error is None:
             self._take_result(traj, value)
         if gateway.refusals:
             traj.info["refusals"] = [f"{r.status} {r.code}: {r.message}" for r in gateway.refusals]
         traj.metrics["model_calls"] = float(len(gateway.calls))
+        traj.metrics["branches"] = float(traj.info["branches"])
         return self.finish(traj, row)
 
     @staticmethod
@@ -195,3 +213,29 @@ class OpenAIAgentFlow(AgentFlowBase):
             traj.metrics["agent_reward"] = float(reward)
             if self.ctx.reward_fn is None and traj.steps:
                 traj.steps[-1].reward += float(reward)
+        if isinstance(value, dict) and value.get("branch_rewards"):
+            last = {step.info["branch"]: step for step in traj.steps}  # each branch's last step
+            for branch, branch_reward in value["branch_rewards"].items():
+                last[int(branch)].reward += float(branch_reward)
+                traj.metrics[f"branch_reward/{int(branch)}"] = float(branch_reward)
+
+    def _branch_reward_error(self, value: Any, branches: int) -> str | None:
+        """Why the ``branch_rewards`` the agent returned cannot be used (None when they can, or when there are
+        none): they need ``branch_rewards: per_branch``, a mapping from branch indices of this episode to numbers."""
+        given = value.get("branch_rewards") if isinstance(value, dict) else None
+        if given is None or not branches:
+            return None
+        if self.branch_rewards != "per_branch":
+            return ("ValueError: the agent returned branch_rewards, which only agent_flow.branch_rewards: per_branch "
+                    "uses (this flow has branch_rewards: episode)")
+        if not isinstance(given, dict):
+            return f"ValueError: branch_rewards must map branch indices to rewards, got {type(given).__name__}"
+        for branch, reward in given.items():
+            index = branch if isinstance(branch, int) and not isinstance(branch, bool) else (
+                int(branch) if isinstance(branch, str) and branch.isdigit() else None)
+            if index is None or not 0 <= index < branches:
+                return (f"ValueError: branch_rewards has branch {branch!r}; this episode has branches "
+                        f"0..{branches - 1}")
+            if isinstance(reward, bool) or not isinstance(reward, (int, float)):
+                return f"ValueError: branch_rewards[{branch!r}] must be a number, got {type(reward).__name__}"
+        return None
