@@ -130,6 +130,9 @@ def _prompt(obs: Any) -> dict[str, Any]:
     return {}
 
 
+BRANCH_KEYS = ("parent", "branch", "branch_of", "shared_prefix_tokens")  # where a step sits in a tree of calls
+
+
 def _step_record(s: Any, tools: Any) -> dict[str, Any]:
     info = s.info or {}
     record: dict[str, Any] = {"action": s.action_text, "feedback": s.feedback, "reward": s.reward,
@@ -140,7 +143,7 @@ def _step_record(s: Any, tools: Any) -> dict[str, Any]:
     record["policy_version"] = int(s.policy_version or 0)  # weights after this many RL updates sampled it
     if s.observation is not None and s.observation.tools and s.observation.tools != tools:
         record["tools"] = s.observation.tools  # the schemas the chat template showed, where they change
-    for key in ("finish_reason", "calls", "answer"):
+    for key in ("finish_reason", "calls", "answer", *BRANCH_KEYS):
         if info.get(key) is not None:
             record[key] = info[key]
     return record
@@ -150,8 +153,9 @@ def episode_record(t: Any) -> dict[str, Any]:
     """What ``episodes/<label>.jsonl`` keeps of one episode: its task and ``task_id`` (the same dataset row has the
     same id in every validation), reward (the episode's reward, by the rule of ``AgentFlowBase.finish``), success,
     termination, metrics, steps (prompt messages, action, parsed tool calls, feedback, reward, done/truncated, token
-    counts, tool errors, ``policy_version``: the RL updates the sampling weights had seen), and the full traceback of
-    an env, engine or reward error."""
+    counts, tool errors, ``policy_version``: the RL updates the sampling weights had seen; for a flow that records
+    branches, ``parent``, ``branch``, ``branch_of`` and ``shared_prefix_tokens``), the number of ``branches`` when
+    the flow counted them, and the full traceback of an env, engine or reward error."""
     first = t.steps[0].observation if t.steps else None
     steps, tools = [], None
     for s in t.steps:
@@ -160,7 +164,7 @@ def episode_record(t: Any) -> dict[str, Any]:
     record = {"uid": t.uid, "task_id": t.info.get("task_id"), "data_source": t.data_source,
               "task": _task_text(first), "reward": t.final_reward, "success": bool(t.success()),
               "termination": t.termination, "metrics": t.metrics, "steps": steps}
-    for key in ("tool_errors", "error", "reward_error", "close_error"):
+    for key in ("tool_errors", "error", "reward_error", "close_error", "branches"):
         if t.info.get(key):
             record[key] = t.info[key]
     return record

@@ -17,7 +17,10 @@ What it builds:
   A step's prompt is stored as line operations against the previous step's prompt plus its response
   (``line_diff``), so what the env changed between two turns is explicit, and an append-only context costs its new
   lines only; long added texts are interned once in ``strings`` (a system prompt shared by 10,000 episodes is kept
-  once).
+  once). An episode whose steps record branches (the gateway's ``parent``, ``branch``, ``branch_of``,
+  ``shared_prefix_tokens``: a compacted history, a subagent, parallel calls) compares each prompt with the step it
+  continues or branched from instead, and carries its branches as ``tree`` (``branch_tree``), which the page draws
+  as a small tree; an episode of one branch looks as a chain does.
 
 Prompts are the env's messages rendered role by role (``render_messages``) or the env's plain text as it was
 encoded; the chat template's own markup is not shown (no tokenizer is loaded here). It reads files only: no model,
@@ -346,11 +349,56 @@ def _prompt_kind(step: dict[str, Any]) -> str:
     return "ids" if "prompt_tokens" in step else "unrecorded"
 
 
+def _step_ref(value: Any, before: int) -> int | None:
+    """``value`` when it is the index of a step before step ``before``, else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < before else None
+
+
+def step_bases(records: list[dict[str, Any]]) -> list[int]:
+    """Per step, the step its prompt is compared with (-1: none, a first prompt): the previous step, or, in an
+    episode whose steps record branches (``parent``, ``branch_of``), the step it continues or branched from."""
+    if not any("branch" in s for s in records):
+        return list(range(-1, len(records) - 1))
+    bases = []
+    for n, s in enumerate(records):
+        parent, branch_of = _step_ref(s.get("parent"), n), _step_ref(s.get("branch_of"), n)
+        bases.append(parent if parent is not None else branch_of if branch_of is not None else -1)
+    return bases
+
+
+def branch_tree(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The branches of an episode whose steps record them, in the order they started: ``b`` its index, ``steps``
+    its step indices, ``depth`` (0 for the first call's branch, the depth of the branch it started from plus one
+    for the others), and for a branch after the first, ``of`` (the step it branched from) and ``sp`` (the token ids
+    it shares with that step). ``[]`` for an episode of one branch (a chain), which the page draws as a chain."""
+    order: list[int] = []
+    tree: dict[int, dict[str, Any]] = {}
+    branch_of_step: list[int] = []
+    for n, s in enumerate(records):
+        b = s.get("branch")
+        b = b if isinstance(b, int) and not isinstance(b, bool) and b >= 0 else 0
+        branch_of_step.append(b)
+        if b not in tree:
+            origin = _step_ref(s.get("branch_of"), n)
+            depth = tree[branch_of_step[origin]]["depth"] + 1 if origin is not None else (1 if order else 0)
+            tree[b] = {"b": b, "depth": depth, "steps": []}
+            if origin is not None:
+                tree[b]["of"] = origin
+                tree[b]["sp"] = _number(s.get("shared_prefix_tokens"))
+            order.append(b)
+        tree[b]["steps"].append(n)
+    return [tree[b] for b in order] if len(order) > 1 else []
+
+
 def compact_episode(ep: dict[str, Any], stage: str, index: int, strings: _Strings) -> dict[str, Any]:
-    """One episode as the page holds it (short keys; prompts as diffs against the previous step)."""
-    steps, before = [], ""
-    for s in _dicts(ep.get("steps")):
+    """One episode as the page holds it (short keys; prompts as diffs against the previous step, or, in an episode
+    with branches, against the step each continues or branched from: ``b``; the branches as ``tree``)."""
+    records = _dicts(ep.get("steps"))
+    bases, tree = step_bases(records), branch_tree(records)
+    steps, seen = [], []
+    for n, s in enumerate(records):
         now = prompt_text(s)
+        before = seen[bases[n]] if bases[n] >= 0 else ""
         step = {"p": _compact_ops(line_diff(before, now), strings), "r": str(s.get("action", "")),
                 "f": str(s.get("feedback", "")), "rw": s.get("reward"), "d": bool(s.get("done")),
                 "t": bool(s.get("truncated")), "pt": s.get("prompt_tokens"), "rt": s.get("response_tokens"),
@@ -360,13 +408,17 @@ def compact_episode(ep: dict[str, Any], stage: str, index: int, strings: _String
                 step[short] = s[key]
         if _dicts(s.get("calls")):
             step["c"] = _dicts(s["calls"])
+        if tree:
+            step["b"] = bases[n]
         steps.append(step)
-        before = seen_text(s) if step["k"] in ("messages", "text") else ""
+        seen.append(seen_text(s) if step["k"] in ("messages", "text") else "")
     out = {"i": index, "stage": stage, "tid": episode_task_id(ep), "uid": uid_text(ep["uid"]) if "uid" in ep else "",
            "ds": str(ep.get("data_source", "default")), "task": strings.ref(str(ep.get("task", ""))),
            "reward": ep.get("reward"), "ok": ep.get("success") not in NONFINITE and bool(ep.get("success")),
            "term": ep.get("termination"),
            "tags": episode_tags(ep), "steps": steps}
+    if tree:
+        out["tree"] = tree
     for key in ("error", "reward_error", "close_error", "metrics"):
         if ep.get(key):
             out[key] = ep[key]

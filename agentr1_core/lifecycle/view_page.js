@@ -313,6 +313,20 @@
           el("td", {class: c.error ? "fail" : "dim"}, c.error || "-"));
       }));
   }
+  // an episode whose calls branch (a compacted history, a subagent, parallel calls): its branches, indented
+  function branchName(t, start) {
+    return "branch " + t.b + (start && t.of != null ? ", from step " + (t.of + 1) +
+      (isNum(t.sp) ? " (" + t.sp + " tokens shared)" : "") : "");
+  }
+  function branchTree(tree) {
+    return el("div", {id: "branch-tree"}, el("h3", null, tree.length + " branches"),
+      el("div", {class: "dim"}, "a call whose prompt does not continue an earlier call's prompt and reply starts a branch"),
+      tree.map(function (t) {
+        return el("div", {class: "branch", "data-branch": t.b, style: "padding-left: " + 18 * t.depth + "px"},
+          (t.depth ? "└ " : "") + branchName(t, true) + ": step" + (t.steps.length > 1 ? "s " : " ") +
+          t.steps.map(function (n) { return n + 1; }).join(" → "));
+      }));
+  }
   function episodeLink(i, text) { return el("a", {class: "ep-link", href: "#episode-" + i}, text); }
   function linkClicked(ev) { return !!(ev.target.closest && ev.target.closest("a")); }  // the link opens it
   function openEpisode(i) {
@@ -339,19 +353,28 @@
     });
     if (e.metrics) add(box, el("div", {class: "meta"}, "metrics: " + Object.keys(e.metrics).map(function (k) { return k + " " + fmt(e.metrics[k]); }).join(", ")));
     if (!e.steps.length) add(box, el("p", {class: "empty"}, "no step: the episode ended before the model acted"));
-    var prev = "";
+    var seenBy = [], where = {};  // what the model had after each step; each step's branch (episodes with a tree)
+    if (e.tree) {
+      add(box, branchTree(e.tree));
+      e.tree.forEach(function (t) { t.steps.forEach(function (n) { where[n] = t; }); });
+    }
     e.steps.forEach(function (s, n) {
-      var segs = applyOps(prev, s.p), prompt = segs.filter(function (g) { return g[0] !== "-"; }).map(function (g) { return g[1]; }).join("");
+      var base = s.b != null ? s.b : n - 1;  // the step this prompt is compared with (-1: a first prompt)
+      var segs = applyOps(base >= 0 ? seenBy[base] || "" : "", s.p);
+      var prompt = segs.filter(function (g) { return g[0] !== "-"; }).map(function (g) { return g[1]; }).join("");
       var added = segs.filter(function (g) { return g[0] === "+"; }).reduce(function (m, g) { return m + lines(g[1]).length; }, 0);
       var dropped = segs.filter(function (g) { return g[0] === "-"; }).reduce(function (m, g) { return m + lines(g[1]).length; }, 0);
       var pre = el("pre", {class: "prompt"}, segs.map(function (g) {
-        return g[0] === "=" || n === 0 ? g[1] : el("span", {class: g[0] === "+" ? "add" : "del"}, g[1]);
+        return g[0] === "=" || base < 0 ? g[1] : el("span", {class: g[0] === "+" ? "add" : "del"}, g[1]);
       }));
+      var since = e.tree ? "step " + (base + 1) + "'s" : "the previous step's";
       var what = s.k === "ids" ? "the env gave token ids: not recorded as text" : s.k === "unrecorded" ? "not recorded in this episode file" :
-        (n === 0 ? "first prompt" : added + " lines new since the previous step's prompt and response" + (dropped ? ", " + dropped + " dropped" : ""));
+        (base < 0 ? "first prompt" : added + " lines new since " + since + " prompt and response" + (dropped ? ", " + dropped + " dropped" : ""));
+      var branch = where[n];
       var flags = [s.d ? "done" : null, s.t ? "truncated" : null, s.fr && s.fr !== "stop" ? "finish: " + s.fr : null].filter(Boolean);
-      add(box, el("div", {class: "step", "data-step": n},
-        el("h3", null, "step " + (n + 1)),
+      add(box, el("div", {class: "step", "data-step": n, "data-branch": branch ? branch.b : null,
+                          style: branch && branch.depth ? "margin-left: " + 18 * branch.depth + "px" : null},
+        el("h3", null, "step " + (n + 1) + (branch ? " · " + branchName(branch, branch.steps[0] === n) : "")),
         el("div", {class: "meta"}, "reward " + fmt(s.rw, 4) + (flags.length ? " · " + flags.join(" · ") : "") +
           " · prompt " + (s.pt == null ? "?" : s.pt) + " tokens · response " + (s.rt == null ? "?" : s.rt) + " tokens" +
           (s.te ? " · tool errors " + JSON.stringify(s.te) : "")),
@@ -361,7 +384,7 @@
         el("div", null, el("b", null, "response")), el("pre", {class: "response"}, s.r),
         s.c && s.c.length ? [el("div", null, el("b", null, "tool calls")), callsTable(s.c)] :
           s.f ? [el("div", null, el("b", null, "env feedback")), el("pre", {class: "feedback"}, s.f)] : null));
-      prev = seen(prompt, s);
+      seenBy[n] = seen(prompt, s);
     });
     document.getElementById("nav-episode").textContent = "episode #" + i + " (" + e.stage + ")";
     var pane = document.getElementById("episode-section");

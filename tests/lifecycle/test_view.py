@@ -422,6 +422,55 @@ def test_training_episodes_are_kept_spread_over_the_batch(tmp_path):
     assert len(write_train_episodes(tmp_path, 5, trajs[:2], keep=4).read_text().splitlines()) == 2
 
 
+def branched_trajectory() -> Trajectory:
+    """A subagent episode as the gateway records it: the main conversation asks (step 0), a helper with its own
+    system prompt calls the calculator and answers (steps 1, 2: branch 1, from step 0, 5 token ids shared), the main
+    conversation answers with the helper's answer as its tool result (step 3, continuing step 0)."""
+    call = '<tool_call>{"name": "ask_helper", "arguments": {"question": "2+2?"}}</tool_call>'
+    main = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "task m"}]
+    helper = [{"role": "system", "content": "You are a helper.\n"}, {"role": "user", "content": "2+2?"}]
+    helper_call = '<tool_call>{"name": "calculator", "arguments": {"expression": "2+2"}}</tool_call>'
+    links = [{"branch": 0}, {"branch": 1, "branch_of": 0, "shared_prefix_tokens": 5}, {"parent": 1, "branch": 1},
+             {"parent": 0, "branch": 0}]
+    prompts = [main, helper, [*helper, {"role": "assistant", "content": helper_call},
+                              {"role": "tool", "name": "calculator", "content": "4"}],
+               [*main, {"role": "assistant", "content": call}, {"role": "tool", "name": "ask_helper", "content": "4"}]]
+    actions = [call, helper_call, "It is 4.", "<answer>4</answer>"]
+    steps = [Step([1] * 9, [2] * 3, [0.0] * 3, action_text=a, observation=Observation(messages=m), info=dict(link))
+             for a, m, link in zip(actions, prompts, links)]
+    steps[-1].done, steps[-1].reward = True, 1.0
+    return Trajectory(steps=steps, uid="val-after_rl-0/0", termination="done", final_reward=1.0,
+                      info={"task_id": "m", "branches": 2})
+
+
+def write_branched_run(root: Path) -> Path:
+    run = root / "run"
+    _write_jsonl(run / "episodes" / "after_rl.jsonl", [episode_record(branched_trajectory()),
+                                                        _episode("c", "task chain", True)])
+    return run
+
+
+def test_an_episode_with_branches_is_kept_as_a_tree_and_a_chain_as_before(tmp_path):
+    record = episode_record(branched_trajectory())
+    assert record["branches"] == 2
+    assert [{k: s.get(k) for k in ("parent", "branch", "branch_of", "shared_prefix_tokens") if k in s}
+            for s in record["steps"]] == [{"branch": 0}, {"branch": 1, "branch_of": 0, "shared_prefix_tokens": 5},
+                                          {"parent": 1, "branch": 1}, {"parent": 0, "branch": 0}]
+    view = build_view(write_branched_run(tmp_path))
+    tree, chain = view["episodes"]
+    assert tree["tree"] == [{"b": 0, "depth": 0, "steps": [0, 3]},
+                            {"b": 1, "depth": 1, "steps": [1, 2], "of": 0, "sp": 5}]
+    assert [s["b"] for s in tree["steps"]] == [-1, 0, 1, 0]  # each prompt is compared with the step it comes from
+    steps = record["steps"]
+    for n, base in ((2, 1), (3, 0)):  # the continuations only add to what the model had after their parent
+        ops = [[op, view["strings"][v] if op == "+" and isinstance(v, int) else v] for op, v in tree["steps"][n]["p"]]
+        assert [op for op, _ in ops] == ["=", "+"] and apply_diff(seen_text(steps[base]), ops)[0] == prompt_text(
+            steps[n])
+    # the helper's first prompt against the main step it branched from: the main system prompt dropped
+    assert "-" in [op for op, _ in tree["steps"][1]["p"]]
+    assert "tree" not in chain and all("b" not in s for s in chain["steps"])
+
+
 # -- in a real browser (headless Chromium): required in CI, skipped locally without it ----------------------------
 @pytest.fixture(scope="module")
 def browser():
@@ -677,3 +726,26 @@ def test_a_real_run_in_a_browser(browser, real_run):
     assert prompt.startswith("── system ──\n") and "── user ──\n" in prompt
     d.execute_script("window.scrollTo(0, 0)")
     assert _screenshot_colors(d) > 100
+
+
+def test_an_episode_with_branches_is_drawn_as_a_tree_in_a_browser(browser, tmp_path):
+    out, view = write_view(write_branched_run(tmp_path))
+    _load(browser, out, "#episode-0")
+    d = browser
+    branches = [b.text for b in d.find_elements("css selector", "#branch-tree .branch")]
+    assert branches == ["branch 0: steps 1 → 4", "└ branch 1, from step 1 (5 tokens shared): steps 2 → 3"]
+    heads = [h.text for h in d.find_elements("css selector", "#episode .step h3")]
+    assert heads == ["step 1 · branch 0", "step 2 · branch 1, from step 1 (5 tokens shared)", "step 3 · branch 1",
+                     "step 4 · branch 0"]
+    indent = d.execute_script("return Array.prototype.map.call(document.querySelectorAll('#episode .step'), "
+                              "function (e) { return e.getBoundingClientRect().left; })")
+    assert indent[1] == indent[2] > indent[0] == indent[3]  # the helper's branch is indented
+    summaries = [e.get_attribute("textContent") for e in d.find_elements("css selector", "#episode details summary")]
+    assert "since step 1's prompt and response" in summaries[3] and "dropped" in summaries[1]
+    added = d.find_elements("css selector", '#episode .step[data-step="3"] pre.prompt span')
+    assert [a.get_attribute("class") for a in added] == ["add"]  # step 4 only adds to step 1
+    d.find_element("css selector", '#episodes tr.ep-row[data-episode="1"] a').click()
+    _episode_head(d, 1)
+    assert _count(d, "#branch-tree") == 0 and [h.text for h in d.find_elements(
+        "css selector", "#episode .step h3")] == ["step 1", "step 2"]
+    _no_script_error(d)
