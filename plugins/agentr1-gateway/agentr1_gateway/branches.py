@@ -71,9 +71,11 @@ def link_calls(calls: Sequence[tuple[Sequence[int], Sequence[int]]]) -> list[Lin
 def _link(k: int, prompt: list[int], seqs: list[list[int]], links: list[Link], tips: list[int]) -> Link:
     if k == 0:
         return Link(parent=None, branch=0)
-    extended = [j for j in range(k) if len(seqs[j]) <= len(prompt) and prompt[:len(seqs[j])] == seqs[j]]
-    if extended:
-        j = max(extended, key=lambda i: (len(seqs[i]), i))
+    # the longest (then latest) earlier sequence that is a prefix of the prompt: in a chain the first one tried
+    candidates = sorted((j for j in range(k) if len(seqs[j]) <= len(prompt)), key=lambda i: (len(seqs[i]), i),
+                        reverse=True)
+    j = next((j for j in candidates if common_prefix(prompt, seqs[j]) == len(seqs[j])), None)
+    if j is not None:
         if tips[links[j].branch] == j:
             return Link(parent=j, branch=links[j].branch)
         return Link(parent=None, branch=len(tips), branch_of=j, shared_prefix_tokens=len(seqs[j]))  # a fork
