@@ -15,7 +15,9 @@ runs there in a new session with the endpoint in its environment, and each model
 * **Placeholders** in ``command`` (and ``verifier``): ``{prompt}``, ``{task_file}``, ``{workdir}``, ``{base_url}``,
   ``{anthropic_base_url}``, ``{api_key}``, ``{model}``, ``{python}``, and any other top-level text or number field
   of the row by its name (``{data_source}``, ``{task_name}``). Anything else in braces is left as written.
-* **Time.** ``timeout`` is wall time, the model's included; at the limit the command's process group is killed.
+* **Time.** ``timeout`` is the command's own time, as ``openai_agent`` counts it: wall time less the time its model
+  calls spend in the gateway (a busy engine times no one out); at the limit its process group is killed. In a
+  sandbox (``sandbox:``) it is plain wall time, the sandbox's own limit.
 * **Endings.** ``done`` when the command exits after at least one model call (its exit code, if not 0, is in
   ``info["exit_code"]``); ``max_turns`` / ``context_limit`` / ``engine_error`` as ``openai_agent``; ``env_error``
   when it exits without calling the model (a crash at start, a harness that never asks) or runs past ``timeout``,
@@ -176,7 +178,7 @@ class CLIAgentFlow(AgentFlowBase):
             workdir.mkdir(exist_ok=True)
             base_url = await gateway.start()
             env, values = self._environment(row, base_url, gateway.key, scratch, box, workdir)
-            finished = await self._run_command(expand(self.command, values), workdir, env, box)
+            finished = await self._run_command(expand(self.command, values), workdir, env, box, gateway)
             if finished.timed_out:
                 error = f"TimeoutError: the command did not exit within {self.timeout:g}s"
             elif not gateway.calls:
@@ -227,9 +229,10 @@ class CLIAgentFlow(AgentFlowBase):
                       api_key=key, model=self.model_name, python=sys.executable)
         return env, values
 
-    async def _run_command(self, argv: list[str], workdir: Path, env: dict[str, str], box: Any) -> Finished:
-        if self.sandbox is None:
-            return await run_command(argv, workdir, env, self.timeout, self.output_lines)
+    async def _run_command(self, argv: list[str], workdir: Path, env: dict[str, str], box: Any,
+                           gateway: EpisodeGateway) -> Finished:
+        if self.sandbox is None:  # the time its calls spend in the gateway (the model) does not count
+            return await run_command(argv, workdir, env, self.timeout, self.output_lines, gateway.model_seconds)
         # in the sandbox: its own environment (PATH, HOME, ...) plus ours and the run's PYTHONPATH
         extra = {k: env[k] for k in env if k.startswith(("OPENAI_", "ANTHROPIC_", "AGENTR1_"))}
         extra.update(self.extra_env)

@@ -1,6 +1,6 @@
 """What decides a CLI agent's reward, and the commands it runs: the ``cli_agent`` flow's helpers.
 
-* ``run_command``: a command in a new session (its own process group) with a wall-time limit; at the limit, and
+* ``run_command``: a command in a new session (its own process group) with a time limit; at the limit, and
   when the command ends, the whole group is killed, so nothing it started in the background outlives it (a process
   that made a session of its own with ``setsid`` escapes, as it would any process-group kill). Its output is kept
   as the last lines of each stream (``Tail``).
@@ -21,7 +21,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from agentr1_core.errors import ConfigError
 
@@ -109,10 +109,11 @@ async def _pump(stream: asyncio.StreamReader | None, tail: Tail) -> None:
 
 
 async def run_command(argv: list[str], cwd: str | os.PathLike, env: Mapping[str, str], timeout: float,
-                      lines: int = 50) -> Finished:
-    """``argv`` in ``cwd`` with exactly ``env``, in a new session; killed with its process group after ``timeout``
-    seconds of wall time, and its group killed when it exits. A program that cannot be started is exit code 127
-    with the reason on its stderr tail (as a shell reports it)."""
+                      lines: int = 50, not_counted: Callable[[], float] | None = None) -> Finished:
+    """``argv`` in ``cwd`` with exactly ``env``, in a new session; killed with its process group once it has run
+    ``timeout`` seconds (wall time less ``not_counted()``, the seconds its model calls spent in the gateway), and
+    its group killed when it exits. A program that cannot be started is exit code 127 with the reason on its
+    stderr tail (as a shell reports it)."""
     out, err = Tail(lines), Tail(lines)
     started = time.monotonic()
     try:
@@ -124,15 +125,20 @@ async def run_command(argv: list[str], cwd: str | os.PathLike, env: Mapping[str,
         err.close()
         return Finished(127, False, 0.0, out, err)
     pumps = asyncio.gather(_pump(proc.stdout, out), _pump(proc.stderr, err))
+    exited = asyncio.ensure_future(proc.wait())
     timed_out = False
     try:
-        await asyncio.wait_for(proc.wait(), timeout)
-    except asyncio.TimeoutError:
-        timed_out = True
+        while True:
+            left = timeout - (time.monotonic() - started - (not_counted() if not_counted else 0.0))
+            if left <= 0:
+                timed_out = True
+                break
+            finished, _ = await asyncio.wait({exited}, timeout=left)
+            if finished:
+                break
     finally:  # also when the episode is cancelled: nothing of the command's group runs on
         kill_group(proc.pid)
-        if proc.returncode is None:
-            await proc.wait()
+        await exited
     try:  # the group is dead, so its pipes close; a process that left the group may still hold them
         await asyncio.wait_for(pumps, 5.0)
     except asyncio.TimeoutError:

@@ -198,3 +198,33 @@ def test_a_task_row_without_the_terminal_plugin_is_one_line_naming_the_install(t
 
 def test_placeholders_leave_other_braces_alone():
     assert expand(["{a}", "x{b}y", "{c}", "{}"], {"a": "1", "b": "2"}) == ["1", "x2y", "{c}", "{}"]
+
+
+def test_in_a_sandbox_the_command_runs_as_its_own_user_reaches_the_endpoint_and_its_task_s_tests_pass(
+        tokenizer, terminal_rows):
+    from agentr1_env_terminal.sandboxes.local import LocalSandbox
+
+    if not os.path.exists("/usr/bin/python3") or not LocalSandbox.check().ok:
+        pytest.skip("needs /usr/bin/python3 and the local sandbox")
+    # the system Python (its standard library only): the sandbox's user may not read the run's interpreter
+    script = textwrap.dedent("""
+        import json, os, urllib.request
+        print(os.getuid(), os.getcwd(), json.load(open(os.environ["AGENTR1_TASK_FILE"]))["prompt"])
+        body = {"model": "m", "messages": [{"role": "user", "content": os.environ["AGENTR1_TASK"]}]}
+        request = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions", json.dumps(body).encode(),
+                                         {"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"],
+                                          "Content-Type": "application/json"})
+        call = json.load(urllib.request.urlopen(request))["choices"][0]["message"]["tool_calls"][0]
+        os.system(json.loads(call["function"]["arguments"])["command"])
+    """)
+    row = terminal_rows[0]  # count: its solution is one command
+    sandbox = {"name": "local", "network": True, "wall_seconds": 60, "cpu_seconds": 60, "memory_mb": 4096}
+    [traj] = run([row], context(tokenizer=tokenizer, policy="expert"), command=["/usr/bin/python3", "-c", script],
+                 timeout=60, sandbox=sandbox)
+    assert traj.termination == "done" and traj.final_reward == 1.0, traj.info
+    uid, cwd, prompt = traj.info["stdout"].split(" ", 2)
+    if os.geteuid() == 0:
+        assert int(uid) != 0  # the sandbox's own unprivileged user
+    assert cwd.endswith("/app") and prompt == row["prompt"].splitlines()[0]
+    with pytest.raises(Exception, match="network: true"):
+        CLIAgentFlow(context(tokenizer=tokenizer), command=["true"], sandbox="local")
