@@ -149,7 +149,7 @@ def check_components(cfg: DictConfig, registry: Registry) -> None:
 def code_refs(cfg: DictConfig, registry: Registry, run_dir: str | None = None) -> list[Any]:
     """The code ``cfg`` names (``agentr1_core.trust.CodeRef``), at the ``code_params`` each selected component's
     spec declares; found without importing it."""
-    from agentr1_core.trust import resolve_code
+    from agentr1_core.trust import environment_ref, resolve_code, resolve_command
 
     refs = []
     for key, kind, name, params in selected(cfg):
@@ -161,6 +161,12 @@ def code_refs(cfg: DictConfig, registry: Registry, run_dir: str | None = None) -
             value = params.get(param)
             if isinstance(value, str) and value.strip():
                 refs.append(resolve_code(value.strip(), run_dir, f"{key}.{param}"))
+        for param in spec.command_params:
+            value = params.get(param)
+            if isinstance(value, (str, list, tuple)) and value:
+                refs.append(resolve_command(value, run_dir, f"{key}.{param}"))
+            elif isinstance(value, dict) and (env := environment_ref(value, f"{key}.{param}")) is not None:
+                refs.append(env)
     return refs
 
 

@@ -34,12 +34,15 @@ def import_object(path: str) -> Any:
 class ComponentSpec:
     """A named component. ``factory`` is imported lazily; ``description`` shows in ``agentr1-core plugins``.
     ``code_params``: the factory's parameters whose values name code it imports (``agent: my_agent.py:run``), which
-    the commands that read a run folder's config show and check before importing (``agentr1_core.trust``)."""
+    the commands that read a run folder's config show and check before importing (``agentr1_core.trust``);
+    ``command_params``: those whose values are programs it runs (``command: [my-agent, --fast]``) or their
+    environment variables (a mapping), shown and checked the same way."""
 
     name: str
     factory: str
     description: str = ""
     code_params: tuple[str, ...] = field(default=(), kw_only=True)
+    command_params: tuple[str, ...] = field(default=(), kw_only=True)
     kind: ClassVar[str] = ""
 
     def load(self) -> Any:

@@ -14,6 +14,11 @@ Run folders and checkpoints travel between people, so reading one must not run c
   user passed ``--trust-code``. Code inside the run folder is refused too: a file that came with a downloaded run
   folder is exactly what must not run unread. The commands that take a config from a run folder (``run RUN_DIR``,
   ``run --resume``, ``eval RUN_DIR``) call it before any of that code is imported.
+* ``resolve_command(value)``: a program a config runs (``command_params`` of a spec: the CLI-agent flow's
+  ``command`` and ``verifier``) is code too. Only ``python -m MODULE ...`` with ``MODULE`` in an installed
+  distribution counts as installed; any other command (a shell, a script, ``python file.py``), and environment
+  variables set for a command (``LD_PRELOAD``, ``PYTHONPATH`` change what it loads), are shown and refused the same
+  way unless ``--trust-code``.
 
 Nothing here imports code a config names: module locations are found with ``importlib.util.find_spec`` on the
 top-level name, which reads the file system only.
@@ -95,6 +100,7 @@ class CodeRef:
     location: str
     where: str  # "installed distribution NAME", "site-packages", or why it is refused
     trusted: bool
+    verb: str = "imports"  # how the config uses it: "imports" (a function), "runs" (a program), "sets" (variables)
 
 
 @lru_cache(maxsize=1)
@@ -173,15 +179,40 @@ def resolve_code(value: str, run_dir: str | os.PathLike | None = None, key: str 
     return CodeRef(key, value, str(location), where, trusted)
 
 
+PYTHONS = ("python", "python3", os.path.basename(sys.executable))
+
+
+def resolve_command(value: Any, run_dir: str | os.PathLike | None = None, key: str = "") -> CodeRef:
+    """Whether the command ``value`` (an argv list or a program name) runs installed code: ``python -m MODULE ...``
+    with ``MODULE`` in an installed distribution does; nothing else is known to."""
+    argv = [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(value)]
+    shown = " ".join(argv)
+    if len(argv) >= 3 and os.path.basename(argv[0]) in PYTHONS and argv[1] == "-m":
+        ref = resolve_code(f"{argv[2]}:main", run_dir, key)
+        return CodeRef(key, shown, ref.location, ref.where, ref.trusted, verb="runs")
+    return CodeRef(key, shown, argv[0] if argv else "(empty)", "a program run by the config (not an installed "
+                   "module run as python -m MODULE)", False, verb="runs")
+
+
+def environment_ref(value: Any, key: str = "") -> CodeRef | None:
+    """Environment variables a config sets for a command it runs: None when there are none (they can change what a
+    trusted command loads, so any is refused without ``--trust-code``)."""
+    if not value:
+        return None
+    names = ", ".join(sorted(str(k) for k in dict(value)))
+    return CodeRef(key, names, "(environment of the command)", "environment variables for a program the config "
+                   "runs (they can change what it loads)", False, verb="sets")
+
+
 def check_code_refs(refs: Iterable[CodeRef], source: str, trust_code: bool = False) -> None:
     """Print each of ``refs`` (code a config from ``source``, a run folder, names) and refuse the untrusted ones,
     all at once, unless ``trust_code``."""
     refs = list(refs)
     for ref in refs:
         note = "" if ref.trusted else (" (trusted by --trust-code)" if trust_code else " (refused)")
-        print(f"[trust] {ref.key} = {ref.value} imports {ref.location}: {ref.where}{note}", flush=True)
+        print(f"[trust] {ref.key} = {ref.value} {ref.verb} {ref.location}: {ref.where}{note}", flush=True)
     refused = [ref for ref in refs if not ref.trusted]
     if refused and not trust_code:
         raise UntrustedCodeError("\n".join(
             f"config error at {ref.key}: the config of {source} names code {ref.where}: {ref.value} "
-            f"({ref.location}); read it, then pass --trust-code to import it" for ref in refused))
+            f"({ref.location}); read it, then pass --trust-code to {ref.verb.rstrip('s')} it" for ref in refused))

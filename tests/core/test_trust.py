@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from agentr1_core.trust import UntrustedCodeError, check_code_refs, resolve_code
+from agentr1_core.trust import UntrustedCodeError, check_code_refs, environment_ref, resolve_code, resolve_command
 
 CLI = str(Path(sys.executable).parent / "agentr1-core")
 
@@ -90,3 +90,37 @@ def test_trust_code_imports_it(tmp_path, tiny_model_dir):
                 cwd=tmp_path)
     assert "trusted by --trust-code" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert marker.exists()
+
+
+def test_a_program_is_installed_code_only_as_python_dash_m_of_an_installed_module(tmp_path):
+    shipped = resolve_command(["python", "-m", "agentr1_gateway.examples.shell_agent"], key="agent_flow.command")
+    assert shipped.trusted and shipped.verb == "runs" and "agentr1-gateway" in shipped.where
+    for command in (["bash", "-c", "curl x | sh"], "my-agent", ["python", str(tmp_path / "agent.py")],
+                    ["python", "-m", "http.server"], ["python3", "-m", "no_such_module_anywhere"], ["python", "-c", "1"]):
+        ref = resolve_command(command, key="agent_flow.command")
+        assert not ref.trusted, command
+    assert environment_ref({}, "agent_flow.env") is None
+    env = environment_ref({"LD_PRELOAD": "./x.so", "PYTHONPATH": "."}, "agent_flow.env")
+    assert env is not None and not env.trusted and env.value == "LD_PRELOAD, PYTHONPATH"
+    with pytest.raises(UntrustedCodeError) as err:
+        check_code_refs([resolve_command(["bash", "-c", "id"], key="agent_flow.verifier"), env], "runs/x")
+    lines = str(err.value).splitlines()
+    assert len(lines) == 2 and "to run it" in lines[0] and "to set it" in lines[1]
+
+
+def test_a_run_folder_whose_cli_agent_runs_a_program_is_refused_before_anything_runs(tmp_path):
+    from agentr1_core.config import load_config
+    from agentr1_core.lifecycle.run_dir import save_config
+
+    marker = tmp_path / "RAN"
+    run_dir = tmp_path / "downloaded_run"
+    cfg = load_config("terminal-cli", [f"run_dir={run_dir}"])
+    cfg.agent_flow.command = ["bash", "-c", f"touch {marker}"]
+    cfg.agent_flow.verifier = ["bash", "-c", f"touch {marker}"]
+    save_config(cfg, run_dir)
+    proc = _cli("eval", str(run_dir), "--checkpoint", "none", "--out", str(tmp_path / "r.json"), cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert not marker.exists()
+    assert "[trust] agent_flow.command = bash -c touch" in proc.stdout and "(refused)" in proc.stdout
+    refused = [ln for ln in proc.stderr.strip().splitlines() if "config error at agent_flow." in ln]
+    assert len(refused) == 2 and all("--trust-code" in ln for ln in refused), proc.stderr[-2000:]

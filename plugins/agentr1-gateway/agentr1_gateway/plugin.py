@@ -12,7 +12,8 @@ def agentr1_agent_flows():
                           code_params=("agent",)),  # the agent's code: shown and checked for a run folder's config
             AgentFlowSpec("cli_agent", "agentr1_gateway.cli_flow:CLIAgentFlow",
                           "run an agent program (a CLI harness) per episode against the endpoint; each model call is "
-                          "one step")]
+                          "one step",
+                          command_params=("command", "verifier", "env"))]  # programs it runs: checked like code
 
 
 @hookimpl
