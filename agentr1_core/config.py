@@ -255,6 +255,9 @@ def find_config(name: str) -> Path | None:
     return spec.path()
 
 
+MAX_LISTED_CHARS = 240  # how long the list of named configs on a "not found" line may be
+
+
 def resolve_config_path(name: str, relative_to: Path | None = None) -> Path:
     """A YAML path, or the name of a config that an installed distribution provides (``default``, ``webshop``)."""
     candidates = [Path(name)]
@@ -269,8 +272,13 @@ def resolve_config_path(name: str, relative_to: Path | None = None) -> Path:
     if Path(name).is_dir():
         raise ConfigError(f"{name} is a folder without a saved config.yaml, so not a run directory (a run writes "
                           f"its config.yaml there when it starts)")
-    raise ConfigError(f"config file {name!r} not found (named configs: {', '.join(get_registry().names('config'))}"
-                      "; `agentr1-core config list` shows which distribution provides each)")
+    from agentr1_core.errors import suggest
+
+    names = get_registry().names("config")
+    listed = f"named configs: {', '.join(names)}; `agentr1-core config list` shows which distribution provides each"
+    if len(listed) > MAX_LISTED_CHARS:  # a line a terminal still shows whole: the count instead of every name
+        listed = f"{len(names)} named configs are installed; `agentr1-core config list` shows each and its distribution"
+    raise ConfigError(f"config file {name!r} not found{suggest(Path(name).stem, names)} ({listed})")
 
 
 def _read_yaml(path: Path, depth: int = 0) -> list[DictConfig]:
