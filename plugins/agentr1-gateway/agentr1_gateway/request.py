@@ -240,15 +240,24 @@ def parse_arguments(value: Any, where: str) -> Any:
 
 
 # -- tools and scalars --------------------------------------------------------------------------------------------
-def _tools(value: Any) -> list[dict[str, Any]]:
+def tool_objects(value: Any) -> list[tuple[str, dict[str, Any]]]:
+    """A request's ``tools`` as ``(where, tool)`` pairs, each checked to be an object (every protocol's tools are an
+    array of objects; what an object holds is the protocol's own); none for a missing ``tools``."""
     if value is None:
         return []
     if not isinstance(value, list):
         raise wrong_type("tools", "tools", "an array of tools", value)
+    pairs = []
     for i, tool in enumerate(value):
         at = f"tools[{i}]"
         if not isinstance(tool, dict):
             raise wrong_type(at, at, "an object", tool)
+        pairs.append((at, tool))
+    return pairs
+
+
+def _tools(value: Any) -> list[dict[str, Any]]:
+    for at, tool in tool_objects(value):
         if tool.get("type") != "function":
             if tool.get("type") is None:
                 raise missing(f"{at}.type")
@@ -267,7 +276,7 @@ def _tools(value: Any) -> list[dict[str, Any]]:
             raise wrong_type(f"{at}.function.parameters", f"{at}.function.parameters", "an object",
                               function["parameters"])
         check_nesting(tool, at)
-    return value
+    return value or []
 
 
 def _max_tokens(body: dict[str, Any]) -> int | None:

@@ -43,7 +43,7 @@ from aiohttp import web
 
 from agentr1_gateway.protocols.core import EventStream, Protocol, Reply, Turn, new_id, pieces
 from agentr1_gateway.request import (MAX_MODEL_NAME, check_name, check_nesting, invalid, is_int, load_body,
-                                     missing, optional_bool, wrong_type)
+                                     missing, optional_bool, tool_objects, wrong_type)
 
 MAX_STOP = 16  # stop sequences per request
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -223,15 +223,8 @@ def _user(blocks: list[Any], where: str) -> list[dict[str, Any]]:
 
 
 def _tools(value: Any) -> list[dict[str, Any]]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise wrong_type("tools", "tools", "an array of tools", value)
     out = []
-    for i, tool in enumerate(value):
-        at = f"tools[{i}]"
-        if not isinstance(tool, dict):
-            raise wrong_type(at, at, "an object", tool)
+    for at, tool in tool_objects(value):
         if tool.get("type") not in (None, "custom"):
             raise invalid(f"{at}.type", f"server tools ({str(tool['type'])[:40]}) are not supported; send client "
                           "tools ({\"name\", \"description\", \"input_schema\"})")

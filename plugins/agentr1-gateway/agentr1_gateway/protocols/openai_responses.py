@@ -41,7 +41,7 @@ from agentr1_gateway.chat import BadRequest
 from agentr1_gateway.protocols.core import EventStream, Protocol, Reply, Turn, new_id, pieces
 from agentr1_gateway.protocols.openai_chat import error_body
 from agentr1_gateway.request import (MAX_MODEL_NAME, check_name, check_nesting, invalid, is_int, load_body,
-                                     missing, optional_bool, parse_arguments, wrong_type)
+                                     missing, optional_bool, parse_arguments, tool_objects, wrong_type)
 
 ROLES = ("user", "system", "developer", "assistant")
 ECHOED = ("instructions", "previous_response_id", "max_output_tokens", "metadata", "temperature", "top_p", "user")
@@ -209,15 +209,8 @@ def _messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _tools(value: Any) -> list[dict[str, Any]]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise wrong_type("tools", "tools", "an array of tools", value)
     out = []
-    for i, tool in enumerate(value):
-        at = f"tools[{i}]"
-        if not isinstance(tool, dict):
-            raise wrong_type(at, at, "an object", tool)
+    for at, tool in tool_objects(value):
         if tool.get("type") != "function":
             raise missing(f"{at}.type") if tool.get("type") is None else invalid(
                 f"{at}.type", f"{str(tool['type'])[:40]!r} tools are not supported; send function tools")
