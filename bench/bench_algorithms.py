@@ -1,5 +1,6 @@
 """ReMax against GRPO and RLOO, and StepPO with and without the asymmetric critic's prefix, on the default task and
-``gsm8k-cpu``: held-out success before and after RL, and the critic's value-loss curves.
+``gsm8k-cpu``: held-out success before and after RL, and the critic's value-loss curves; GRPO with dynamic sampling
+(``grpo_dynamic``) or overlong masking (``grpo_overlong``), also on ``terminal-cpu`` (``--tasks terminal``).
 
 Every run is the real CLI (``agentr1-core run TASK seed=S ...``) on the shipped config, one after the other (the CPU
 is shared: a run gets the machine's threads to itself). The arms of one task and seed share everything up to RL (the
@@ -9,7 +10,10 @@ same SFT warm start, the same data order), and differ only in the algorithm:
 * ``remax`` with ``rollout.n - 1`` (3) sampled episodes plus its greedy one: the same number of episodes per prompt;
 * ``steppo`` (the value head on the policy trunk, the config's ``rollout.n``) and ``steppo_prefix``, the same with
   ``critic.prefix``: the row's ground truth (and on GSM8K its worked solution) in front of every state the critic
-  reads. The value-loss curve (``vf_loss`` per iteration) says whether the critic fits faster with it.
+  reads. The value-loss curve (``vf_loss`` per iteration) says whether the critic fits faster with it;
+* ``grpo_dynamic`` (``rollout.dynamic_sampling.enabled=true``: flat groups dropped and more rows rolled out, the
+  config's cap on extra rounds) and ``grpo_overlong`` (``rollout.overlong.mode=mask``: episodes cut by a limit kept
+  out of the loss), not in the default sweep. The table's "rows rolled out" says what each run's rollout cost.
 
 Held-out success is read from each run's ``summary.json`` (``after_sft`` is the policy RL starts from, ``after_rl``
 the one it ends with; ``validation.before`` is off, since the untrained model is the same for every arm). Results:
@@ -20,6 +24,7 @@ on a part, are gathered into one result this way). Run directories: ``runs/bench
 
     python bench/bench_algorithms.py                                  # both tasks, 5 arms, seeds 0 1 2
     python bench/bench_algorithms.py --tasks default --seeds 0        # a part of it
+    python bench/bench_algorithms.py --tasks terminal --arms grpo grpo_dynamic grpo_overlong --out algorithms_terminal
     python bench/bench_algorithms.py --smoke                          # every arm once on ``tiny``, 1 iteration
     python bench/bench_algorithms.py --tasks default --arms steppo steppo_prefix --seeds 0 \
         --override trainer.critic_lr=1e-3 --runs-dir runs/bench_algorithms_critic_lr --out algorithms_critic_lr
@@ -51,7 +56,7 @@ RESULTS = ROOT / "bench" / "results"
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 SMOKE_ENV, RESULTS_ENV = "AGENTR1_BENCH_SMOKE", "AGENTR1_BENCH_RESULTS"
-TASKS = {"default": "default", "gsm8k": "gsm8k-cpu"}
+TASKS = {"default": "default", "gsm8k": "gsm8k-cpu", "terminal": "terminal-cpu"}
 # the privileged text the critic reads first: what the row knows before any action
 PREFIXES = {
     "default": {"template": "Reference answer: {ground_truth}\nReference expression: {extra_info.expression}\n",
@@ -59,7 +64,8 @@ PREFIXES = {
     "gsm8k": {"template": "Reference answer: {ground_truth}\nReference solution: {reference_solution}\n",
               "max_tokens": 512},
 }
-ARMS = ("grpo", "rloo", "remax", "steppo", "steppo_prefix")
+ARMS = ("grpo", "rloo", "remax", "steppo", "steppo_prefix", "grpo_dynamic", "grpo_overlong")
+DEFAULT_ARMS = ARMS[:5]
 SMOKE = ["trainer.total_steps=1", "stages=[rl]", "validation.max_rows=1"]  # on ``tiny`` with a tiny random model
 
 
@@ -68,6 +74,10 @@ def arm_overrides(arm: str, task: str, n: int) -> list[str]:
     episode is the n-th)."""
     if arm in ("grpo", "rloo"):
         return [f"algorithm.name={arm}", f"rollout.n={n}"]
+    if arm == "grpo_dynamic":
+        return ["algorithm.name=grpo", f"rollout.n={n}", "rollout.dynamic_sampling.enabled=true"]
+    if arm == "grpo_overlong":
+        return ["algorithm.name=grpo", f"rollout.n={n}", "rollout.overlong.mode=mask"]
     if arm == "remax":
         return ["algorithm.name=remax", f"rollout.n={n - 1}"]
     out = ["algorithm.name=steppo", f"rollout.n={n}"]
@@ -101,9 +111,10 @@ def read_run(run_dir: Path) -> dict[str, Any]:
     iters = [r for r in records if "iteration" in r and r.get("event") is None]
     validation = {k: {"success_rate": v["success_rate"], "cases": v["cases"]}
                   for k, v in (summary.get("validation") or {}).items()}
-    curve_keys = ("vf_loss", "adv/value_mean", "value_error", "reward_mean", "success_rate", "episodes",
+    curve_keys = ("episodes", "vf_loss", "adv/value_mean", "value_error", "reward_mean", "success_rate", "episodes",
                   "remax/greedy_return_mean", "remax/greedy_top_fraction", "critic_prefix_tokens_mean",
-                  "iteration_seconds")
+                  "iteration_seconds", "dynamic/rows_sampled", "dynamic/kept_groups", "dynamic/dropped_groups",
+                  "dynamic/cap_hit", "overlong/episodes", "overlong/masked_steps", "adv/zero_std_groups")
     curves = {k: [r.get(k) for r in iters] for k in curve_keys if any(k in r for r in iters)}
     return {"validation": validation, "curves": curves, "wall_seconds": summary.get("wall_seconds"),
             "peak_rss_mb": summary.get("peak_rss_mb")}
@@ -148,11 +159,11 @@ def table(results: dict[str, Any]) -> str:
     rate of the training episodes over all iterations and seeds; per StepPO arm, the mean value loss per
     iteration."""
     lines = ["| task | arm | episodes/prompt | after SFT -> after RL per seed | mean after RL | training success | "
-             "wall per run |", "|---|---|---|---|---|---|---|"]
+             "rows rolled out per seed | wall per run |", "|---|---|---|---|---|---|---|---|"]
     curves = []
     for task, arms in results["runs"].items():
         for arm, seeds in arms.items():
-            cells, after, walls, train = [], [], [], []
+            cells, after, walls, train, rows = [], [], [], [], []
             for seed, run in sorted(seeds.items()):
                 val = run["validation"]
                 sft, rl = val.get("after_sft", {}), val.get("after_rl", {})
@@ -162,10 +173,12 @@ def table(results: dict[str, Any]) -> str:
                 after.append(rl.get("success_rate", 0.0) * cases)
                 walls.append(run.get("wall_seconds") or 0.0)
                 train += [float(v) for v in run["curves"].get("success_rate", []) if v is not None]
+                rows.append(sum(v or 0 for v in run["curves"].get("episodes", [])))
             n = results["episodes_per_prompt"][task]
+            rows = [round(r / n) for r in rows]
             trained = f"{statistics.fmean(train):.3f}" if train else "-"
             lines.append(f"| {task} | {arm} | {n} | {'; '.join(cells)} | {statistics.fmean(after):.1f} | {trained} | "
-                         f"{statistics.fmean(walls) / 60:.1f} min |")
+                         f"{', '.join(map(str, rows))} | {statistics.fmean(walls) / 60:.1f} min |")
             if arm.startswith("steppo"):
                 vf = mean_curve([run["curves"].get("vf_loss", []) for run in seeds.values()])
                 curves.append(f"| {task} | {arm} | " + " | ".join("-" if v is None else f"{v:.4f}" for v in vf) + " |")
@@ -188,8 +201,8 @@ def results_path(smoke: bool, name: str = "algorithms") -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
-    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    parser.add_argument("--tasks", nargs="+", default=["default", "gsm8k"], choices=list(TASKS))
+    parser.add_argument("--arms", nargs="+", default=list(DEFAULT_ARMS), choices=list(ARMS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--runs-dir", default=str(ROOT / "runs" / "bench_algorithms"))
     parser.add_argument("--rerun", action="store_true", help="run again the runs that finished before")
@@ -205,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     extra: list[str] = list(args.override)
     if smoke:
         args.tasks, args.seeds = ["default"], [0]
+        if args.arms == list(DEFAULT_ARMS):
+            args.arms = list(ARMS)
         args.runs_dir = str(results_path(True).parent / "runs")
         extra += [*SMOKE, f"model.path={tiny_model(Path(args.runs_dir).parent / 'tiny-model')}"]
     results: dict[str, Any] = {"smoke": smoke, "started": time.strftime("%Y-%m-%d %H:%M:%S"),

@@ -21,8 +21,8 @@ def load_bench():
         sys.path.remove(str(BENCH))
 
 
-def run(after_sft: float, after_rl: float, vf_loss: list | None) -> dict:
-    curves = {"success_rate": [0.0, 0.25], "reward_mean": [0.0, 0.25]}
+def run(after_sft: float, after_rl: float, vf_loss: list | None, episodes: int = 16) -> dict:
+    curves = {"success_rate": [0.0, 0.25], "reward_mean": [0.0, 0.25], "episodes": [16, episodes]}
     if vf_loss is not None:
         curves["vf_loss"] = vf_loss
     return {"validation": {"after_sft": {"success_rate": after_sft, "cases": 4},
@@ -40,8 +40,9 @@ def test_the_mean_curve_skips_iterations_and_runs_without_a_value():
 def test_the_report_keeps_the_value_loss_of_the_seeds_that_have_one():
     bench = load_bench()
     results = {"episodes_per_prompt": {"gsm8k": 4}, "runs": {"gsm8k": {
-        "steppo": {"0": run(0.0, 0.25, [None, 0.0260]), "1": run(0.5, 0.5, None)}}}}
+        "steppo": {"0": run(0.0, 0.25, [None, 0.0260]), "1": run(0.5, 0.5, None, episodes=48)}}}}
     text = bench.table(results)
-    assert "| gsm8k | steppo | 4 | 0: 0 -> 1/4; 1: 2 -> 2/4 | 1.5 | 0.125 | 1.0 min |" in text
+    # rows rolled out: the episodes of every iteration over the episodes per prompt (dynamic sampling's extra rounds)
+    assert "| gsm8k | steppo | 4 | 0: 0 -> 1/4; 1: 2 -> 2/4 | 1.5 | 0.125 | 8, 16 | 1.0 min |" in text
     assert "| gsm8k | steppo | - | 0.0260 |" in text
     assert "vf_loss it1 | vf_loss it2 |" in text
