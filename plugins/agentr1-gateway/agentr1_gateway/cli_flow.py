@@ -31,7 +31,9 @@ runs there in a new session with the endpoint in its environment, and each model
 
 Warm-start SFT (``policy = "expert"``): the gateway answers the i-th call with the row's i-th ``expert_actions``
 text; a Harbor row without them gets its ``solution/solve.sh`` as ``bash`` calls in the flow's tool format, then
-``Done.`` (as the ``terminal`` env builds its expert), unless ``expert_from_task: false``.
+``Done.`` (as the ``terminal`` env builds its expert), unless ``expert_from_task: false``. A harness that ends on a
+command rather than on a reply without a tool call gets that command as the last ``bash`` call instead of
+``Done.``: ``expert_submit`` (mini-swe-agent's ``echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT``).
 """
 
 from __future__ import annotations
@@ -80,17 +82,40 @@ def _argv(value: Any, where: str) -> list[str] | None:
     return [str(v) for v in value]
 
 
+def run_path() -> str:
+    """The ``PATH`` a command runs with: the run's interpreter's folder first (``python`` is the run's Python)."""
+    bin_dir = os.path.dirname(sys.executable)
+    return os.pathsep.join([bin_dir] + [p for p in os.environ.get("PATH", "").split(os.pathsep)
+                                        if p and p != bin_dir])
+
+
+def _check_program(program: str, where: str) -> None:
+    """A program named without a folder (``mini``) or by an absolute path must exist before the first episode: one
+    line, not an ``env_error`` per episode. Relative paths (to the working folder) and placeholders are left to
+    the episode."""
+    if "{" in program or (os.sep in program and not os.path.isabs(program)):
+        return
+    if shutil.which(program, path=run_path()) is None:
+        raise ConfigError(f"config error at agent_flow.{where}: no program {program!r} "
+                          f"({'not an executable file' if os.path.isabs(program) else 'not on PATH'}); "
+                          f"install it or give its full path")
+
+
 class CLIAgentFlow(AgentFlowBase):
     def __init__(self, ctx: FlowContext, command: Any, timeout: float = 300.0, verifier: Any = None,
                  reward_file: str | None = None, verifier_timeout: float = 120.0, sandbox: Any = "none",
                  test_sandbox: Any = None, test_timeout: float | None = None, env: dict[str, Any] | None = None,
                  tool_format: str | None = None, model_name: str = "agentr1-policy", output_lines: int = 50,
-                 expert_from_task: bool = True) -> None:
+                 expert_from_task: bool = True, expert_submit: str | None = None) -> None:
         super().__init__(ctx)
         from agentr1_core.plugins import get_registry
 
         self.command = _argv(command, "command")
         self.verifier = _argv(verifier, "verifier")
+        if sandbox in (None, "none", False):  # in a sandbox, its own PATH decides
+            for where, argv in (("command", self.command), ("verifier", self.verifier)):
+                if argv:
+                    _check_program(argv[0], where)
         for name, value in (("timeout", timeout), ("verifier_timeout", verifier_timeout)):
             if value is None or value <= 0:
                 raise ConfigError(f"config error at agent_flow.{name}: must be positive, got {value!r}")
@@ -104,6 +129,9 @@ class CLIAgentFlow(AgentFlowBase):
         self.model_name = model_name
         self.output_lines = int(output_lines)
         self.expert_from_task = bool(expert_from_task)
+        if expert_submit is not None and (not isinstance(expert_submit, str) or not expert_submit.strip()):
+            raise ConfigError(f"config error at agent_flow.expert_submit: a command line, got {expert_submit!r}")
+        self.expert_submit = expert_submit
         self.sandbox = None if sandbox in (None, "none", False) else sandbox
         if test_sandbox is None:
             test_sandbox = self.sandbox or (env_config.get("sandbox") if env_config.get("name") == "terminal"
@@ -133,7 +161,11 @@ class CLIAgentFlow(AgentFlowBase):
         if not expert.actions and task is not None and self.expert_from_task:
             commands = harbor().solution_commands(task)
             if commands:
-                expert.actions = [self.tool_format.format_call("bash", {"command": c}) for c in commands] + [DONE]
+                if self.expert_submit:
+                    commands = [*commands, self.expert_submit]
+                expert.actions = [self.tool_format.format_call("bash", {"command": c}) for c in commands]
+                if not self.expert_submit:
+                    expert.actions.append(DONE)
         return expert
 
     async def _respond(self, prompt_ids: list[int], sampling: SamplingParams, expert: _ExpertReplies | None) -> Action:
@@ -217,9 +249,7 @@ class CLIAgentFlow(AgentFlowBase):
                 "ANTHROPIC_API_KEY": key, "AGENTR1_MODEL": self.model_name, "AGENTR1_TASK": prompt,
                 "AGENTR1_TASK_FILE": task_file, "AGENTR1_WORKDIR": cwd}
         env = dict(os.environ)
-        bin_dir = os.path.dirname(sys.executable)
-        env["PATH"] = os.pathsep.join([bin_dir] + [p for p in env.get("PATH", "").split(os.pathsep)
-                                                   if p and p != bin_dir])
+        env["PATH"] = run_path()
         no_proxy = [p for p in env.get("NO_PROXY", env.get("no_proxy", "")).split(",") if p]
         env["NO_PROXY"] = env["no_proxy"] = ",".join(no_proxy + ["127.0.0.1", "localhost"])
         env.update(ours)

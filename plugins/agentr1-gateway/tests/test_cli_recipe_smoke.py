@@ -1,16 +1,22 @@
-"""The named recipe ``terminal-cli`` (the example shell agent as a program per episode on the generated terminal
-tasks) end to end at smoke size with the real SmolLM2-135M-Instruct: the warm start on the tasks' solutions through
-the agent's own bash tool, one GRPO iteration, validation before and after."""
+"""The named recipes ``terminal-cli`` (the example shell agent as a program per episode on the generated terminal
+tasks) and ``terminal-mini-swe-agent`` (mini-swe-agent from .venv-mini) end to end at smoke size with the real
+SmolLM2-135M-Instruct: the warm start on the tasks' solutions through the agent's own bash tool, one GRPO
+iteration, validation before and after."""
 
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 
+from agentr1_core.testing.ci import missing
 
-@pytest.mark.slow
-def test_terminal_cli_recipe_runs_end_to_end_at_smoke_size(tmp_path):
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def smoke_run(config: str, tmp_path: Path) -> None:
     pytest.importorskip("agentr1_env_terminal")
     from agentr1_core.cli import main
 
@@ -18,7 +24,7 @@ def test_terminal_cli_recipe_runs_end_to_end_at_smoke_size(tmp_path):
     overrides = [f"run_dir={run_dir}", "sft.rows=4", "sft.batch_size=4", "sft.epochs=1", "validation.max_rows=2",
                  "rollout.batch_size=1", "rollout.n=2", "trainer.total_steps=1", "trainer.micro_batch_size=4",
                  "trainer.train_layers=2", "trainer.threads=1"]
-    assert main(["run", "terminal-cli", *overrides]) == 0
+    assert main(["run", config, *overrides]) == 0
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     validations = {r["label"]: r for r in records if r.get("event") == "validation"}
     assert set(validations) == {"before_sft", "after_sft", "after_rl"}
@@ -30,3 +36,17 @@ def test_terminal_cli_recipe_runs_end_to_end_at_smoke_size(tmp_path):
     assert iteration["episodes"] == 2
     episodes = [json.loads(x) for x in (run_dir / "episodes" / "after_rl.jsonl").read_text().splitlines()]
     assert len(episodes) == 2
+
+
+@pytest.mark.slow
+def test_terminal_cli_recipe_runs_end_to_end_at_smoke_size(tmp_path):
+    smoke_run("terminal-cli", tmp_path)
+
+
+@pytest.mark.slow
+def test_terminal_mini_swe_agent_recipe_runs_end_to_end_at_smoke_size(tmp_path, monkeypatch):
+    mini = os.environ.get("AGENTR1_MINI_SWE_AGENT") or str(ROOT / ".venv-mini" / "bin" / "mini")
+    if not os.access(mini, os.X_OK):
+        missing(f"mini-swe-agent is not installed at {mini}: bash scripts/setup_mini_swe_agent.sh")
+    monkeypatch.setenv("AGENTR1_MINI_SWE_AGENT", mini)
+    smoke_run("terminal-mini-swe-agent", tmp_path)
