@@ -8,10 +8,13 @@ runs there in a new session with the endpoint in its environment, and each model
   ``agentr1-env-terminal`` plugin (``test_sandbox``; by default the config's ``env.sandbox`` when the env is
   ``terminal``, else ``local``) with the task's environment files copied in (``harbor.copy_environment``), and the
   task's tests run in that sandbox after the command exits. The plugin is imported only for such rows.
-* **Environment.** The run's own environment plus ``OPENAI_BASE_URL`` (``.../v1``), ``OPENAI_API_KEY``,
-  ``ANTHROPIC_BASE_URL`` (the root), ``ANTHROPIC_API_KEY``, ``AGENTR1_MODEL``, ``AGENTR1_TASK`` (the row's prompt),
-  ``AGENTR1_TASK_FILE`` (the row as JSON, without ``reward_model`` and ``expert_actions``), ``AGENTR1_WORKDIR`` and
-  the config's ``env``; the run's interpreter's folder first on ``PATH`` (``python`` is the run's Python).
+* **Environment.** Not the run's whole environment (its secrets would reach the harness and every command the
+  model writes): only the variables ``PASS_ENV`` names (``PATH``, ``HOME``, locale, proxies, ``PYTHONPATH``, ...)
+  and those ``pass_env`` adds (names or ``fnmatch`` patterns; ``["*"]`` passes all), plus ``OPENAI_BASE_URL``
+  (``.../v1``), ``OPENAI_API_KEY``, ``ANTHROPIC_BASE_URL`` (the root), ``ANTHROPIC_API_KEY``, ``AGENTR1_MODEL``,
+  ``AGENTR1_TASK`` (the row's prompt), ``AGENTR1_TASK_FILE`` (the row as JSON, without ``reward_model`` and
+  ``expert_actions``), ``AGENTR1_WORKDIR`` and the config's ``env``; the run's interpreter's folder first on
+  ``PATH`` (``python`` is the run's Python).
 * **Placeholders** in ``command`` (and ``verifier``): ``{prompt}``, ``{task_file}``, ``{workdir}``, ``{base_url}``,
   ``{anthropic_base_url}``, ``{api_key}``, ``{model}``, ``{python}``, and any other top-level text or number field
   of the row by its name (``{data_source}``, ``{task_name}``). Anything else in braces is left as written.
@@ -39,6 +42,7 @@ command rather than on a reply without a tool call gets that command as the last
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import importlib.util
 import json
 import os
@@ -64,6 +68,16 @@ DONE = "Done."  # the expert's last answer after a task's solution commands (the
 FIXED_PLACEHOLDERS = ("prompt", "task_file", "workdir", "base_url", "anthropic_base_url", "api_key", "model",
                       "python")
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+# what of the run's environment a command gets by default: what programs need to start, find files, speak the
+# user's locale and reach the network as the machine does; no tokens or keys (pass_env adds names)
+PASS_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "TZ", "TMPDIR", "LANG", "LANGUAGE", "LC_*",
+            "PYTHONPATH", "VIRTUAL_ENV", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy",
+            "no_proxy", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "XDG_*")
+
+
+def passed_environment(patterns: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """The variables of the run's environment whose names match one of ``patterns`` (``fnmatch``, case-sensitive)."""
+    return {k: v for k, v in os.environ.items() if any(fnmatch.fnmatchcase(k, p) for p in patterns)}
 
 
 def expand(argv: list[str], values: dict[str, str]) -> list[str]:
@@ -106,7 +120,8 @@ class CLIAgentFlow(AgentFlowBase):
                  reward_file: str | None = None, verifier_timeout: float = 120.0, sandbox: Any = "none",
                  test_sandbox: Any = None, test_timeout: float | None = None, env: dict[str, Any] | None = None,
                  tool_format: str | None = None, model_name: str = "agentr1-policy", output_lines: int = 50,
-                 expert_from_task: bool = True, expert_submit: str | None = None) -> None:
+                 expert_from_task: bool = True, expert_submit: str | None = None,
+                 pass_env: list[str] | None = None) -> None:
         super().__init__(ctx)
         from agentr1_core.plugins import get_registry
 
@@ -123,6 +138,11 @@ class CLIAgentFlow(AgentFlowBase):
         self.test_timeout = test_timeout
         self.reward_file = reward_file
         self.extra_env = {str(k): str(v) for k, v in (env or {}).items()}
+        if pass_env is not None and (not isinstance(pass_env, (list, tuple))
+                                     or not all(isinstance(p, str) and p for p in pass_env)):
+            raise ConfigError(f"config error at agent_flow.pass_env: a list of variable names or patterns, "
+                              f"got {pass_env!r}")
+        self.pass_env = (*PASS_ENV, *(pass_env or ()))
         env_config = dict(ctx.env_config or {})
         tool_format = tool_format or env_config.get("tool_format") or "hermes"
         self.tool_format = get_registry().build("tool_format", tool_format, where="agent_flow.tool_format")
@@ -248,7 +268,7 @@ class CLIAgentFlow(AgentFlowBase):
         ours = {"OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": key, "ANTHROPIC_BASE_URL": root,
                 "ANTHROPIC_API_KEY": key, "AGENTR1_MODEL": self.model_name, "AGENTR1_TASK": prompt,
                 "AGENTR1_TASK_FILE": task_file, "AGENTR1_WORKDIR": cwd}
-        env = dict(os.environ)
+        env = passed_environment(self.pass_env)
         env["PATH"] = run_path()
         no_proxy = [p for p in env.get("NO_PROXY", env.get("no_proxy", "")).split(",") if p]
         env["NO_PROXY"] = env["no_proxy"] = ",".join(no_proxy + ["127.0.0.1", "localhost"])

@@ -119,6 +119,32 @@ def test_the_endpoint_key_task_and_placeholders_reach_the_command(tokenizer, scr
     assert not os.path.exists(seen["cwd"])  # the working folder goes with its episode
 
 
+def test_the_run_s_secrets_stay_out_of_the_command_s_environment_unless_pass_env_names_them(
+        tokenizer, scripted, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_secret")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws_secret")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-the-user-s-own")
+    monkeypatch.setenv("MY_SETTING", "kept")
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")
+    dump = tmp_path / "env.json"
+    script = ("import json, os, openai; openai.OpenAI(max_retries=0).chat.completions.create(model='m', "
+              "messages=[{'role': 'user', 'content': 'hi'}]); json.dump(dict(os.environ), open(os.environ['DUMP'], 'w'))")
+    verifier = [sys.executable, "-c", "import os; print(0.0 if 'HF_TOKEN' in os.environ else 1.0)"]
+    ctx = context(scripted(["ok"]), tokenizer)
+    [traj] = run([{"prompt": "p"}], ctx, command=[sys.executable, "-c", script], timeout=60,
+                 env={"DUMP": str(dump)}, pass_env=["MY_*"], verifier=verifier)
+    seen = json.loads(dump.read_text())
+    assert "HF_TOKEN" not in seen and "AWS_SECRET_ACCESS_KEY" not in seen
+    assert seen["OPENAI_API_KEY"].startswith("agentr1-")  # the episode's key, never the user's
+    assert seen["MY_SETTING"] == "kept" and seen["LC_ALL"] == "C.UTF-8" and seen["HOME"] == os.environ["HOME"]
+    assert traj.final_reward == 1.0, traj.info  # the verifier does not see it either
+    [everything] = run([{"prompt": "p"}], context(scripted(["ok"]), tokenizer), command=[sys.executable, "-c", script],
+                       timeout=60, env={"DUMP": str(dump)}, pass_env=["*"])
+    assert everything.termination == "done" and json.loads(dump.read_text())["HF_TOKEN"] == "hf_secret"
+    with pytest.raises(Exception, match="agent_flow.pass_env"):
+        CLIAgentFlow(ctx, command=["true"], pass_env="HF_TOKEN")
+
+
 def test_a_verifier_s_printed_number_reward_file_or_exit_code_is_the_reward(tokenizer, scripted):
     ctx = context(scripted(["ok"]), tokenizer)
     printed = run([{"prompt": "a"}], ctx, command=ASK_ONCE, timeout=60,
