@@ -18,6 +18,9 @@ runs there in a new session with the endpoint in its environment, and each model
 * **Placeholders** in ``command`` (and ``verifier``): ``{prompt}``, ``{task_file}``, ``{workdir}``, ``{base_url}``,
   ``{anthropic_base_url}``, ``{api_key}``, ``{model}``, ``{python}``, and any other top-level text or number field
   of the row by its name (``{data_source}``, ``{task_name}``). Anything else in braces is left as written.
+* **Concurrency.** At most ``concurrency`` episodes' commands run at once in a process (default 4 per CPU core):
+  a harness process costs seconds of CPU to start (mini-swe-agent with LiteLLM: about 4), and 64 starting together
+  on 2 cores would spend their whole ``timeout`` starting. The others wait; their time starts with their command.
 * **Time.** ``timeout`` is the command's own time, as ``openai_agent`` counts it: wall time less the time its model
   calls spend in the gateway (a busy engine times no one out); at the limit its process group is killed. In a
   sandbox (``sandbox:``) it is plain wall time, the sandbox's own limit.
@@ -51,6 +54,7 @@ import shutil
 import sys
 import tempfile
 import traceback
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +100,17 @@ def _argv(value: Any, where: str) -> list[str] | None:
     return [str(v) for v in value]
 
 
+_SLOTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, asyncio.Semaphore]] = \
+    weakref.WeakKeyDictionary()
+
+
+def command_slots(limit: int) -> asyncio.Semaphore:
+    """The running event loop's semaphore for ``limit`` concurrent commands (shared by every episode of a rollout:
+    each episode is a flow object of its own)."""
+    per_loop = _SLOTS.setdefault(asyncio.get_running_loop(), {})
+    return per_loop.setdefault(limit, asyncio.Semaphore(limit))
+
+
 def run_path() -> str:
     """The ``PATH`` a command runs with: the run's interpreter's folder first (``python`` is the run's Python)."""
     bin_dir = os.path.dirname(sys.executable)
@@ -121,7 +136,7 @@ class CLIAgentFlow(AgentFlowBase):
                  test_sandbox: Any = None, test_timeout: float | None = None, env: dict[str, Any] | None = None,
                  tool_format: str | None = None, model_name: str = "agentr1-policy", output_lines: int = 50,
                  expert_from_task: bool = True, expert_submit: str | None = None,
-                 pass_env: list[str] | None = None) -> None:
+                 pass_env: list[str] | None = None, concurrency: int | None = None) -> None:
         super().__init__(ctx)
         from agentr1_core.plugins import get_registry
 
@@ -143,6 +158,11 @@ class CLIAgentFlow(AgentFlowBase):
             raise ConfigError(f"config error at agent_flow.pass_env: a list of variable names or patterns, "
                               f"got {pass_env!r}")
         self.pass_env = (*PASS_ENV, *(pass_env or ()))
+        if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int)
+                                        or concurrency < 1):
+            raise ConfigError(f"config error at agent_flow.concurrency: a positive number of commands, "
+                              f"got {concurrency!r}")
+        self.concurrency = concurrency or 4 * (os.cpu_count() or 1)
         env_config = dict(ctx.env_config or {})
         tool_format = tool_format or env_config.get("tool_format") or "hermes"
         self.tool_format = get_registry().build("tool_format", tool_format, where="agent_flow.tool_format")
@@ -210,6 +230,10 @@ class CLIAgentFlow(AgentFlowBase):
         return box
 
     async def run(self, row: dict[str, Any]) -> Trajectory:
+        async with command_slots(self.concurrency):  # its timeout starts with the command, after the wait
+            return await self._episode(row)
+
+    async def _episode(self, row: dict[str, Any]) -> Trajectory:
         traj = Trajectory(data_source=str(row.get("data_source", "default")))
         folder = task_dir(row)
         expert: _ExpertReplies | None = None
@@ -324,9 +348,10 @@ class CLIAgentFlow(AgentFlowBase):
         else:
             traj.termination = "done"
             traj.steps[-1].done = True
-        if error is not None:
+        if error is not None:  # its last line (what the run prints) says why, and what the command said last
             stderr = finished.stderr.text() if finished is not None else ""
-            traj.info["error"] = f"{error}\n--- last stderr lines ---\n{stderr}" if stderr else error
+            traj.info["error"] = (f"--- the command's last stderr lines ---\n{stderr}\n---\n{error.rstrip()} "
+                                  f"(its last stderr line: {finished.stderr.last_line()})" if stderr else error)
         if traj.termination != "done" and traj.steps:
             traj.steps[-1].truncated = True
         if gateway.refusals:

@@ -17,6 +17,7 @@ import time
 import pytest
 
 from agentr1_core.flows import FlowContext
+from agentr1_core.lifecycle.episode_errors import error_line
 from agentr1_core.rollout.base import SamplingParams
 from agentr1_core.rollout.driver import rollout_async
 from agentr1_gateway.cli_flow import CLIAgentFlow, expand
@@ -145,6 +146,25 @@ def test_the_run_s_secrets_stay_out_of_the_command_s_environment_unless_pass_env
         CLIAgentFlow(ctx, command=["true"], pass_env="HF_TOKEN")
 
 
+def test_at_most_concurrency_commands_run_at_once_and_their_time_starts_with_them(tokenizer, scripted, tmp_path):
+    log = tmp_path / "spans"
+    # each command: asks the model once, then holds its slot a while; its start and end go to the log
+    script = ("import os, time, openai; start = time.time(); openai.OpenAI(max_retries=0).chat.completions.create("
+              "model='m', messages=[{'role': 'user', 'content': 'hi'}]); time.sleep(3.0); "
+              f"open({str(log)!r}, 'a').write(f'{{start}} {{time.time()}}\\n')")
+    rows = [{"prompt": str(i)} for i in range(6)]
+    trajs = run(rows, context(scripted(["ok"]), tokenizer), command=[sys.executable, "-c", script], timeout=10,
+                concurrency=2)
+    # three rounds of two take longer than one command's timeout: none timed out, waiting did not count
+    assert all(t.termination == "done" for t in trajs), [t.info.get("error") for t in trajs]
+    spans = [tuple(map(float, line.split())) for line in log.read_text().splitlines()]
+    assert len(spans) == 6
+    overlap = max(sum(1 for a, b in spans if a <= t < b) for t, _ in spans)
+    assert overlap == 2  # two at a time, never more (six at once without the limit)
+    with pytest.raises(Exception, match="agent_flow.concurrency"):
+        CLIAgentFlow(context(tokenizer=tokenizer), command=["true"], concurrency=0)
+
+
 def test_a_verifier_s_printed_number_reward_file_or_exit_code_is_the_reward(tokenizer, scripted):
     ctx = context(scripted(["ok"]), tokenizer)
     printed = run([{"prompt": "a"}], ctx, command=ASK_ONCE, timeout=60,
@@ -174,7 +194,9 @@ def test_a_command_past_its_timeout_is_killed_with_its_process_group(tokenizer, 
                  timeout=3)
     assert time.monotonic() - started < 60
     assert traj.termination == "env_error" and "did not exit within 3s" in traj.info["error"]
-    assert "hanging on purpose" in traj.info["error"]
+    # the line the run prints (an error's last line) says why, and what the command said last
+    assert error_line(traj.info["error"]) == ("TimeoutError: the command did not exit within 3s "
+                                              "(its last stderr line: hanging on purpose)")
     for pid in map(int, pids.read_text().split()):
         deadline = time.monotonic() + 5
         while alive(pid) and time.monotonic() < deadline:
