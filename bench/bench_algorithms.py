@@ -111,7 +111,7 @@ def read_run(run_dir: Path) -> dict[str, Any]:
     iters = [r for r in records if "iteration" in r and r.get("event") is None]
     validation = {k: {"success_rate": v["success_rate"], "cases": v["cases"]}
                   for k, v in (summary.get("validation") or {}).items()}
-    curve_keys = ("episodes", "vf_loss", "adv/value_mean", "value_error", "reward_mean", "success_rate", "episodes",
+    curve_keys = ("vf_loss", "adv/value_mean", "value_error", "reward_mean", "success_rate", "episodes",
                   "remax/greedy_return_mean", "remax/greedy_top_fraction", "critic_prefix_tokens_mean",
                   "iteration_seconds", "dynamic/rows_sampled", "dynamic/kept_groups", "dynamic/dropped_groups",
                   "dynamic/cap_hit", "overlong/episodes", "overlong/masked_steps", "adv/zero_std_groups")
