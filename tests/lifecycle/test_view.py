@@ -7,10 +7,8 @@ and branched episodes. The page in headless Chromium and a real run end to end: 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import re
-from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -23,18 +21,7 @@ from agentr1_core.lifecycle.view import (
 from agentr1_core.lifecycle.view_page import embed_json, write_view
 from agentr1_core.mdp import Observation, Step, Trajectory
 from agentr1_core.rollout.driver import task_id
-
-
-def load_view_runs():
-    """``view_runs.py`` beside this file: the run folders the view tests read (tests import in importlib mode, with
-    no imports between test folders' modules)."""
-    spec = importlib.util.spec_from_file_location("view_runs", Path(__file__).with_name("view_runs.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-runs = load_view_runs()
+from agentr1_core.testing import view_runs as runs
 
 
 def test_stages_are_aligned_by_task_id_not_by_position(tmp_path):

@@ -5,7 +5,6 @@ it. The page's data: test_view.py."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import textwrap
@@ -16,19 +15,8 @@ import pytest
 from agentr1_core.cli import main
 from agentr1_core.lifecycle.view import build_view
 from agentr1_core.lifecycle.view_page import render_page, write_view
+from agentr1_core.testing import view_runs as runs
 from agentr1_core.testing.ci import missing
-
-
-def load_view_runs():
-    """``view_runs.py`` beside this file: the run folders the view tests read (tests import in importlib mode, with
-    no imports between test folders' modules)."""
-    spec = importlib.util.spec_from_file_location("view_runs", Path(__file__).with_name("view_runs.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-runs = load_view_runs()
 
 
 # -- in a real browser (headless Chromium): required in CI, skipped locally without it ----------------------------

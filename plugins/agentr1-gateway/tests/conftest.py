@@ -95,3 +95,23 @@ def openai_client():
                              http_client=openai.DefaultHttpxClient(trust_env=False))
 
     return make
+
+
+@pytest.fixture(scope="session")
+def terminal_rows_of():
+    """``rows(families) -> list``: the first held-out generated terminal task of each named family, in the order the
+    generated split lists them (agentr1-env-terminal's tasks)."""
+    pytest.importorskip("agentr1_env_terminal")
+    from agentr1_env_terminal.tasks.generate import load_generated
+
+    def rows(families: tuple[str, ...]) -> list[dict]:
+        found, seen = [], set()
+        for row in load_generated("val"):
+            family = row["data_source"].split("/")[-1]
+            if family in families and family not in seen:
+                seen.add(family)
+                found.append(row)
+        assert len(found) == len(families), (families, seen)
+        return found
+
+    return rows

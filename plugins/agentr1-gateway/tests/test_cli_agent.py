@@ -46,18 +46,8 @@ def alive(pid: int) -> bool:
 
 
 @pytest.fixture(scope="module")
-def terminal_rows():
-    pytest.importorskip("agentr1_env_terminal")
-    from agentr1_env_terminal.tasks.generate import load_generated
-
-    rows, seen = [], set()
-    for row in load_generated("val"):  # one task of each of four families
-        family = row["data_source"]
-        if family not in seen and family.split("/")[-1] in ("count", "find", "sort", "csv_sum"):
-            seen.add(family)
-            rows.append(row)
-    assert len(rows) == 4
-    return rows
+def terminal_rows(terminal_rows_of):
+    return terminal_rows_of(("count", "find", "sort", "csv_sum"))  # one task of each of four families
 
 
 def test_the_shell_agent_solves_terminal_tasks_with_their_solutions_and_fails_them_doing_nothing(

@@ -54,18 +54,8 @@ def flow_params():
 
 
 @pytest.fixture(scope="module")
-def terminal_rows():
-    pytest.importorskip("agentr1_env_terminal")
-    from agentr1_env_terminal.tasks.generate import load_generated
-
-    rows, seen = [], set()
-    for row in load_generated("val"):  # one task of each of three families
-        family = row["data_source"].split("/")[-1]
-        if family not in seen and family in ("count", "rename", "csv_sum"):
-            seen.add(family)
-            rows.append(row)
-    assert len(rows) == 3
-    return rows
+def terminal_rows(terminal_rows_of):
+    return terminal_rows_of(("count", "rename", "csv_sum"))  # one task of each of three families
 
 
 def run(rows, ctx, params):

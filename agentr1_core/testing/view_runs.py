@@ -1,5 +1,5 @@
-"""Run folders for the ``agentr1-core view`` tests (``test_view.py`` and ``test_view_browser.py`` load this file):
-a synthetic run over three validation stages, the same with uids that are not strings, one another program wrote
+"""Run folders for the ``agentr1-core view`` tests (tests/lifecycle/test_view.py and test_view_browser.py): a
+synthetic run over three validation stages, the same with uids that are not strings, one another program wrote
 (NaN, Infinity, lines that are not JSON) and one with a branched (subagent) episode."""
 
 from __future__ import annotations
