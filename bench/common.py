@@ -173,7 +173,7 @@ def _cell(value: Any) -> str:
 def default_config(overrides: Sequence[str] = (), run_dir: str | None = None):
     from agentr1_core.config import load_config
 
-    extra = [f"run_dir={run_dir or '/tmp/agentr1-bench-run'}", "trainer.threads=0"]
+    extra = [f"run_dir={run_dir or Path(tempfile.gettempdir()) / 'agentr1-bench-run'}", "trainer.threads=0"]
     return load_config(None, [*extra, *overrides])
 
 
