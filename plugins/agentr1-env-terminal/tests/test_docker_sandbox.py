@@ -94,9 +94,9 @@ def test_fake_docker_wall_limit_and_background_jobs(fake_docker, tmp_path, gone)
     box.start()
     try:
         result = box.run("sleep 30.125")
-        assert result.killed == "wall_time" and result.seconds < 4
+        assert result.killed == "wall_time" and result.seconds < 15  # not the sleep's 30 s
         background = box.run("sleep 30.375 & echo bg")
-        assert background.stdout == "bg\n" and background.seconds < 3
+        assert background.stdout == "bg\n" and background.seconds < 15  # did not wait for the sleep
         assert gone("sleep 30.125") and gone("sleep 30.375")
     finally:
         box.close()
