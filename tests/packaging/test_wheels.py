@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from agentr1_core.testing.ci import missing
+
 pytestmark = pytest.mark.slow  # builds every distribution's wheel and a new environment (minutes)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -164,3 +166,33 @@ def test_recipe_installed_from_its_wheel_runs_by_name_outside_the_checkout(recip
         assert metrics, f"{recipe}: the run wrote no metrics"
     finally:
         _run([py, "-m", "pip", "uninstall", "-q", "-y", dist], cwd=outside, env=env)
+
+
+def test_the_mini_swe_agent_recipe_runs_from_two_wheels_outside_the_checkout(venv, wheels, outside):
+    """terminal-mini-swe-agent is the gateway's config on the terminal plugin's base: it needs both wheels, and its
+    harness settings (mini's config file and config folder) ship as the gateway's package data. One iteration runs
+    mini-swe-agent (from .venv-mini) against the installed wheels."""
+    mini = ROOT / ".venv-mini" / "bin" / "mini"
+    if not os.access(mini, os.X_OK):
+        missing(f"mini-swe-agent is not installed at {mini}: bash scripts/setup_mini_swe_agent.sh")
+    py, cli, env = str(venv["python"]), str(venv["cli"]), venv["env"]
+    dists = ["agentr1-gateway", "agentr1-env-terminal"]
+    _run([py, "-m", "pip", "install", "-q", "-c", str(ROOT / "constraints.txt"), *(str(wheels[d]) for d in dists)],
+         cwd=outside, env=env)
+    try:
+        flow = yaml.safe_load(_run([cli, "config", "show", "terminal-mini-swe-agent"], cwd=outside, env=env).stdout)[
+            "agent_flow"]
+        command = flow["command"]
+        assert command[0] == "mini"  # $AGENTR1_MINI_SWE_AGENT unset: found on PATH
+        harness, folder = Path(command[command.index("--config") + 1]), Path(flow["env"]["MSWEA_GLOBAL_CONFIG_DIR"])
+        for shipped in (harness, folder):
+            assert "site-packages" in str(shipped) and str(ROOT) not in str(shipped), shipped
+        assert harness.is_file() and harness.parent == folder
+        run_dir = outside / "run-terminal-mini-swe-agent"
+        _run([cli, "run", "terminal-mini-swe-agent", *TINY, f"run_dir={run_dir}"], cwd=outside,
+             env=dict(env, AGENTR1_MINI_SWE_AGENT=str(mini)))
+        trained = (run_dir / "episodes" / "train" / "iter_000001.jsonl").read_text().splitlines()
+        rows = [json.loads(line) for line in trained if line]
+        assert len(rows) == 2 and all(r["termination"] != "env_error" for r in rows), [r["termination"] for r in rows]
+    finally:
+        _run([py, "-m", "pip", "uninstall", "-q", "-y", *dists], cwd=outside, env=env)
