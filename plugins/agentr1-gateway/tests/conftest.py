@@ -6,12 +6,14 @@ official client pointed at one."""
 from __future__ import annotations
 
 import contextlib
+import os
 from pathlib import Path
 
 import pytest
 
 from agentr1_core.mdp import Action
 from agentr1_core.rollout.base import Generation, SamplingParams
+from agentr1_core.testing.ci import missing
 from agentr1_core.tool_formats import HermesFormat
 from agentr1_gateway.server import EpisodeGateway
 
@@ -115,3 +117,14 @@ def terminal_rows_of():
         return found
 
     return rows
+
+
+@pytest.fixture(scope="session")
+def mini_program() -> str:
+    """mini-swe-agent's ``mini``: $AGENTR1_MINI_SWE_AGENT, else .venv-mini/bin/mini (scripts/setup_mini_swe_agent.sh,
+    which CI runs; missing there is a failure)."""
+    found = os.environ.get("AGENTR1_MINI_SWE_AGENT") or str(Path(__file__).resolve().parents[3] / ".venv-mini" /
+                                                            "bin" / "mini")
+    if not os.access(found, os.X_OK):
+        missing(f"mini-swe-agent is not installed at {found}: bash scripts/setup_mini_swe_agent.sh")
+    return found

@@ -6,14 +6,9 @@ iteration, validation before and after."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
-
-from agentr1_core.testing.ci import missing
-
-ROOT = Path(__file__).resolve().parents[3]
 
 
 def smoke_run(config: str, tmp_path: Path) -> None:
@@ -44,9 +39,6 @@ def test_terminal_cli_recipe_runs_end_to_end_at_smoke_size(tmp_path):
 
 
 @pytest.mark.slow
-def test_terminal_mini_swe_agent_recipe_runs_end_to_end_at_smoke_size(tmp_path, monkeypatch):
-    mini = os.environ.get("AGENTR1_MINI_SWE_AGENT") or str(ROOT / ".venv-mini" / "bin" / "mini")
-    if not os.access(mini, os.X_OK):
-        missing(f"mini-swe-agent is not installed at {mini}: bash scripts/setup_mini_swe_agent.sh")
-    monkeypatch.setenv("AGENTR1_MINI_SWE_AGENT", mini)
+def test_terminal_mini_swe_agent_recipe_runs_end_to_end_at_smoke_size(tmp_path, monkeypatch, mini_program):
+    monkeypatch.setenv("AGENTR1_MINI_SWE_AGENT", mini_program)
     smoke_run("terminal-mini-swe-agent", tmp_path)

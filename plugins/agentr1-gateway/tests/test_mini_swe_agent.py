@@ -18,28 +18,19 @@ from agentr1_core.errors import ConfigError
 from agentr1_core.flows import FlowContext
 from agentr1_core.rollout.base import SamplingParams
 from agentr1_core.rollout.driver import rollout_async
-from agentr1_core.testing.ci import missing
 from agentr1_gateway.cli_flow import CLIAgentFlow
 
-ROOT = Path(__file__).resolve().parents[3]
 SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 
 
-def mini_program() -> str:
-    found = os.environ.get("AGENTR1_MINI_SWE_AGENT") or str(ROOT / ".venv-mini" / "bin" / "mini")
-    if not os.access(found, os.X_OK):
-        missing(f"mini-swe-agent is not installed at {found}: bash scripts/setup_mini_swe_agent.sh")
-    return found
-
-
 @pytest.fixture(scope="module")
-def flow_params():
+def flow_params(mini_program):
     """The shipped config's agent_flow, with mini found where the setup script puts it."""
     from omegaconf import OmegaConf
 
     from agentr1_core.config import load_config
 
-    program = mini_program()
+    program = mini_program
     before = os.environ.get("AGENTR1_MINI_SWE_AGENT")
     os.environ["AGENTR1_MINI_SWE_AGENT"] = program
     try:
